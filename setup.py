@@ -1,0 +1,44 @@
+"""rljax: JAX-native reinforcement-learning post-training for language models."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="rljax",
+    version="0.1.0",
+    description="JAX-native RL post-training of language models, built from pure composable transforms.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["rljax", "rljax.*", "launchers", "configs"]),
+    install_requires=[
+        "jax>=0.10.2",
+        "flax>=0.12.8",
+        "optax>=0.2.8",
+        "orbax-checkpoint>=0.12.8",
+        "grain>=0.2.18",
+        "tensorflow-datasets>=4.9.10",
+        "chex>=0.1.92",
+        "absl-py>=2.5.1",
+        "ml-collections>=1.1.0",
+        "numpy>=2.0",
+        "safetensors>=0.4.3",
+        "tokenizers>=0.20",
+        "tensorboardX>=2.6",
+        "tqdm>=4.66",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8.0",
+            "hypothesis>=6.100",
+            "nbclient>=0.10",
+            "nbformat>=5.10",
+            "ipykernel>=6.29",
+            "matplotlib>=3.8",
+        ],
+        # Parity tests against Hugging Face transformers on the CPU torch wheel.
+        "hf": [
+            "torch==2.13.0",
+            "transformers>=4.50",
+        ],
+    },
+)
