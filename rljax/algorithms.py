@@ -11,10 +11,15 @@ from rljax.objectives.surrogate import ppo_clip
 
 
 class Algorithm(NamedTuple):
-  """An RL algorithm: `transform` prepares the batch, `objective` is the loss."""
+  """An RL algorithm: `transform` prepares the batch, `objective` is the loss.
+
+  `aggregation` is the loss aggregation mode its terms share; the update step uses it to weigh
+  micro-batches so gradient accumulation is exact.
+  """
 
   transform: Transform
   objective: Objective
+  aggregation: str = "token-mean"
 
 
 def grpo(
@@ -55,4 +60,4 @@ def grpo(
   if entropy_coef:
     terms.append(entropy_bonus(entropy_coef, aggregation, max_len))
   transform = chain(group_advantages(group_size, normalize_std=normalize_std))
-  return Algorithm(transform, sum_objectives(*terms))
+  return Algorithm(transform, sum_objectives(*terms), aggregation)

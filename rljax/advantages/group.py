@@ -50,7 +50,7 @@ def grpo_advantages(
     raise ValueError(f"group_size={group_size} does not divide batch {b}")
   r = rewards.reshape(b // group_size, group_size)
   constant = jnp.all(r == r[:, :1], axis=1, keepdims=True)
-  centered = r - r.mean(axis=1, keepdims=True)
+  centered = jnp.where(constant, 0.0, r - r.mean(axis=1, keepdims=True))
   if normalize_std:
     ddof = 1 if unbiased_std else 0
     std = jnp.sqrt(jnp.sum(centered**2, axis=1, keepdims=True) / (group_size - ddof))

@@ -1,8 +1,10 @@
 """Core contract: the Batch pytree, transforms, objectives and loss aggregation."""
 
-from rljax.core.aggregation import AGGREGATION_MODES, aggregate, check_aggregation_mode
+from rljax.core.aggregation import (AGGREGATION_MODES, aggregate, aggregation_denominator,
+                                    check_aggregation_mode)
 from rljax.core.batch import Batch, check_groups, make_batch
 from rljax.core.objective import Objective, sum_objectives
+from rljax.core.state import TrainState, init_train_state
 from rljax.core.transform import Context, Metrics, State, Transform, chain, merge_metrics, stateless
 
 __all__ = [
@@ -13,10 +15,13 @@ __all__ = [
     "Objective",
     "State",
     "Transform",
+    "TrainState",
     "aggregate",
+    "aggregation_denominator",
     "chain",
     "check_aggregation_mode",
     "check_groups",
+    "init_train_state",
     "make_batch",
     "merge_metrics",
     "stateless",

@@ -91,3 +91,28 @@ def aggregate(
     seq_loss = _safe_div(seq_loss, seq_weight)
   n_seq = (seq_weight > 0).sum()
   return _safe_div(seq_loss.sum(), n_seq.astype(seq_loss.dtype))
+
+
+def aggregation_denominator(weights: jax.Array, mode: str) -> jax.Array:
+  """The count `aggregate` divides by: what a micro-batch weighs in gradient accumulation.
+
+  For a batch split into micro-batches m, sum_m aggregate(l_m, w_m) * d_m / sum_m d_m with
+  d_m = aggregation_denominator(w_m) equals aggregate(l, w) on the whole batch (exactly for
+  "token-mean", "seq-mean-*" and "seq-mean-token-sum-norm" with a fixed max_len).
+
+  Args:
+    weights: [B, T] token weights.
+    mode: one of `AGGREGATION_MODES`.
+
+  Returns:
+    A float32 scalar: the weight sum ("token-mean"), the number of sequences with any weight
+    ("seq-mean-token-sum", "seq-mean-token-mean") or B ("seq-mean-token-sum-norm").
+  """
+  check_aggregation_mode(mode)
+  chex.assert_rank(weights, 2)
+  weights = weights.astype(jnp.float32)
+  if mode == "token-mean":
+    return weights.sum()
+  if mode == "seq-mean-token-sum-norm":
+    return jnp.asarray(weights.shape[0], jnp.float32)
+  return (weights.sum(axis=1) > 0).sum().astype(jnp.float32)

@@ -266,14 +266,17 @@ class Transformer(nnx.Module):
         return hidden, KVCache(keys=tuple(new_keys), values=tuple(new_values), valid=k_valid,
                                index=cache.index + t)
 
-    def logits(self, hidden: jax.Array) -> jax.Array:
-        """Float32 logits [..., vocab] from hidden states [..., d_model]."""
+    def output_head(self) -> jax.Array:
+        """The [d_model, vocab] output matrix in the compute dtype (the embedding when tied)."""
         dt = self.config.compute_dtype
         if self.config.tie_embeddings:
-            head = self.embed[...].astype(dt).T
-        else:
-            head = self.lm_head[...].astype(dt)
-        return jnp.einsum("...d,dv->...v", hidden, head, preferred_element_type=jnp.float32)
+            return self.embed[...].astype(dt).T
+        return self.lm_head[...].astype(dt)
+
+    def logits(self, hidden: jax.Array) -> jax.Array:
+        """Float32 logits [..., vocab] from hidden states [..., d_model]."""
+        return jnp.einsum("...d,dv->...v", hidden, self.output_head(),
+                          preferred_element_type=jnp.float32)
 
     def __call__(self, tokens, positions, mask, cache=None):
         """Logits [B, T, V] (float32) and the updated cache; see `hidden_states`."""

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rljax.core.aggregation import AGGREGATION_MODES, aggregate
+from rljax.core.aggregation import AGGREGATION_MODES, aggregate, aggregation_denominator
 
 LOSS = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
 MASK = np.array([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]], np.float32)
@@ -109,3 +109,26 @@ def test_matches_reference_on_random_weights(loss, weights, mode):
   out = aggregate(jnp.array(loss), jnp.array(weights), mode)
   assert np.isfinite(out)
   np.testing.assert_allclose(out, reference(loss, weights, mode), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", AGGREGATION_MODES)
+def test_denominator_weighted_microbatches_equal_the_whole_batch(mode):
+  rng = np.random.default_rng(3)
+  loss = rng.normal(size=(6, 5)).astype(np.float32)
+  weights = (rng.random((6, 5)) > 0.4).astype(np.float32)
+  weights[2] = 0.0  # a fully masked row
+  max_len = 5 if mode == "seq-mean-token-sum-norm" else None
+  whole = float(aggregate(jnp.asarray(loss), jnp.asarray(weights), mode, max_len))
+  parts = [(slice(0, 2), ), (slice(2, 3), ), (slice(3, 6), )]
+  num = den = 0.0
+  for (rows,) in parts:
+    d = float(aggregation_denominator(jnp.asarray(weights[rows]), mode))
+    num += float(aggregate(jnp.asarray(loss[rows]), jnp.asarray(weights[rows]), mode,
+                           max_len)) * d
+    den += d
+  np.testing.assert_allclose(num / den, whole, rtol=1e-5)
+  # And the value itself: token count, sequences with weight, or all rows.
+  live_rows = sum(1 for row in weights if row.sum() > 0)
+  want = {"token-mean": weights.sum(), "seq-mean-token-sum": live_rows,
+          "seq-mean-token-mean": live_rows, "seq-mean-token-sum-norm": 6}[mode]
+  assert float(aggregation_denominator(jnp.asarray(weights), mode)) == want

@@ -17,7 +17,7 @@ import pytest
 import safetensors.numpy
 from flax import nnx
 
-from rljax.models import (TransformerConfig, config_from_hf, create_model, forward,
+from rljax.models import (TransformerConfig, abstract_model, config_from_hf, forward,
                           load_hf_checkpoint, positions_from_mask, save_hf_checkpoint)
 
 _TOL = 1e-4
@@ -90,13 +90,20 @@ def _hf_model(model_type: str, **overrides):
     return model
 
 
-def _randomize(params: nnx.State, seed: int = 1) -> nnx.State:
-    """Nonzero random values for every leaf (create_model zeroes biases, ones norms)."""
-    leaves, treedef = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.key(seed), len(leaves))
-    new = [(0.1 * jax.random.normal(k, x.shape, jnp.float32) + (x.ndim == 1)).astype(x.dtype)
-           for k, x in zip(keys, leaves)]
-    return jax.tree.unflatten(treedef, new)
+def _random_model(config: TransformerConfig, seed: int = 1) -> tuple[nnx.GraphDef, nnx.State]:
+    """(graphdef, params) with nonzero random leaves; norm scales near one.
+
+    Built from `abstract_model` with numpy randomness: faster than eager `create_model`, and
+    biases are nonzero (create_model zeroes them, which would hide a bias-mapping bug).
+    """
+    graphdef, params = abstract_model(config)
+    rng = np.random.default_rng(seed)
+    pure = jax.tree.map(
+        lambda s: jnp.asarray((0.1 * rng.standard_normal(s.shape) + (len(s.shape) == 1))
+                              .astype(np.float32)).astype(s.dtype),
+        nnx.to_pure_dict(params))
+    nnx.replace_by_pure_dict(params, pure)
+    return graphdef, params
 
 
 _LLAMA3_SCALING = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
@@ -151,10 +158,10 @@ def test_sharded_and_bf16_checkpoints(tmp_path):
     assert err < _TOL
 
     model.to(torch.bfloat16).save_pretrained(tmp_path / "bf16", safe_serialization=True)
-    q_ref = model.model.layers[1].self_attn.q_proj.weight.float().numpy()  # [H*hd, D]
+    q_ref = model.model.layers[1].self_attn.q_proj.weight.detach().float().numpy()  # [H*hd, D]
     for param_dtype, np_dtype in (("float32", np.float32), ("bfloat16", ml_dtypes.bfloat16)):
         config, _, params = load_hf_checkpoint(tmp_path / "bf16", param_dtype=param_dtype)
-        q = np.asarray(params["layers"][1]["attn"]["q_proj"].value)
+        q = np.asarray(params["layers"][1]["attn"]["q_proj"][...])
         assert q.dtype == np_dtype
         np.testing.assert_array_equal(q.astype(np.float32).reshape(64, -1).T, q_ref)
 
@@ -175,8 +182,7 @@ def test_saved_checkpoint_loads_in_transformers(model_type, tmp_path):
                                    tie_embeddings=True, rope_theta=40000.0,
                                    rope_scaling=_LLAMA3_SCALING)
         shard_size = 50_000  # also exercise our sharded writer
-    graphdef, params = create_model(config, seed=3)
-    params = _randomize(params)
+    graphdef, params = _random_model(config, seed=3)
     save_hf_checkpoint(tmp_path, config, params, model_type=model_type, shard_size=shard_size,
                        extra_config={"max_position_embeddings": 64})
     if shard_size is not None:
@@ -202,8 +208,7 @@ def _tiny_config(**changes) -> TransformerConfig:
 
 def _saved(tmp_path, config=None, **save_kwargs):
     config = config or _tiny_config()
-    _, params = create_model(config, seed=0)
-    params = _randomize(params)
+    _, params = _random_model(config)
     save_hf_checkpoint(tmp_path, config, params, **save_kwargs)
     return config, params
 
@@ -235,7 +240,7 @@ def test_resaving_unsharded_removes_old_shards(tmp_path):
     config, params = _saved(tmp_path)
     assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors"]
     _, _, loaded = load_hf_checkpoint(tmp_path)
-    np.testing.assert_array_equal(loaded["embed"].value, params["embed"].value)
+    np.testing.assert_array_equal(loaded["embed"][...], params["embed"][...])
 
 
 def test_config_from_hf_reads_both_rope_styles():
@@ -317,7 +322,7 @@ def test_load_errors(tmp_path):
 
 def test_ignorable_buffers_and_tied_head(tmp_path):
     config, params = _saved(tmp_path, _tiny_config(tie_embeddings=True))
-    embed = np.asarray(params["embed"].value)
+    embed = np.asarray(params["embed"][...])
 
     def add(tensors):
         tensors["model.layers.0.self_attn.rotary_emb.inv_freq"] = np.ones(2, np.float32)
@@ -326,13 +331,13 @@ def test_ignorable_buffers_and_tied_head(tmp_path):
     _rewrite_weights(tmp_path, add)
     _, _, loaded = load_hf_checkpoint(tmp_path)
     assert "lm_head" not in nnx.to_pure_dict(loaded)
-    np.testing.assert_array_equal(loaded["embed"].value, embed)
+    np.testing.assert_array_equal(loaded["embed"][...], embed)
 
 
 def test_save_rejects_biases_the_model_type_cannot_hold(tmp_path):
-    _, params = create_model(_tiny_config(qkv_bias=False))
+    _, params = _random_model(_tiny_config(qkv_bias=False))
     with pytest.raises(ValueError, match="model_type='llama'"):
         save_hf_checkpoint(tmp_path, _tiny_config(qkv_bias=False), params, model_type="qwen2")
-    _, params = create_model(_tiny_config())
+    _, params = _random_model(_tiny_config())
     with pytest.raises(ValueError, match="model_type='qwen2'"):
         save_hf_checkpoint(tmp_path, _tiny_config(), params, model_type="llama")

@@ -10,7 +10,7 @@ from rljax.core.transform import Context
 from rljax.objectives.kl import KL_ESTIMATORS, kl_loss, kl_penalty, kl_reward_penalty
 
 LOGP = np.array([[-1.0, -2.0, -0.1], [-3.0, -0.5, -4.0]], np.float32)
-REF = np.array([[-1.5, -1.0, -0.1], [-2.0, -2.5, -1.0]], np.float32)
+REF = np.array([[-1.5, -1.0, -0.7], [-2.0, -2.5, -1.0]], np.float32)
 
 
 def reference(logp, ref, estimator):

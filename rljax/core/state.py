@@ -1,0 +1,60 @@
+"""`TrainState`: everything a run needs to continue, as one pytree (checkpointed and sharded)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from rljax.core.transform import Transform
+
+
+@chex.dataclass
+class TrainState:
+    """The whole mutable state of an RL run.
+
+    Attributes:
+      step: int32 scalar, completed update steps.
+      params: policy parameters (`nnx.State`).
+      opt_state: optimizer state of `params`.
+      ref_params: frozen reference policy for KL terms, or None.
+      transform_state: the states of the algorithm's transforms (schedules, statistics).
+      rng: PRNG key; every step folds in `step`, so a resumed run draws the same numbers.
+    """
+
+    step: jax.Array
+    params: nnx.State
+    opt_state: optax.OptState
+    ref_params: nnx.State | None
+    transform_state: Any
+    rng: jax.Array
+
+
+def init_train_state(
+    params: nnx.State,
+    optimizer: optax.GradientTransformation,
+    transform: Transform,
+    rng: jax.Array,
+    keep_reference: bool = False,
+) -> TrainState:
+    """A fresh TrainState at step 0.
+
+    Args:
+      params: initial policy parameters (already placed on their devices, if sharded).
+      optimizer: the optax optimizer.
+      transform: the algorithm's transform chain (its `init` gives the transform state).
+      rng: PRNG key of the run.
+      keep_reference: store a copy of `params` as the frozen reference policy.
+    """
+    return TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        opt_state=optimizer.init(params),
+        ref_params=jax.tree.map(jnp.copy, params) if keep_reference else None,
+        transform_state=transform.init(),
+        rng=rng,
+    )

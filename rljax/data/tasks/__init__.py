@@ -1,0 +1,49 @@
+"""Synthetic verifiable tasks, the `Task` protocol the pipelines read, and a name registry."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Protocol, runtime_checkable
+
+from rljax.data.tasks.addition import AdditionTask
+
+
+@runtime_checkable
+class Task(Protocol):
+    """A verifiable task: indexed problems per split, an exact reward and an SFT target."""
+
+    splits: tuple[str, ...]
+
+    def split_size(self, split: str) -> int | None:
+        """Examples in `split`, or None when the split is unbounded (generated on demand)."""
+        ...
+
+    def example(self, index: int, split: str) -> dict[str, str]:
+        """dict(prompt=..., answer=...), deterministic in the task's seed, split and index."""
+        ...
+
+    def reward(self, completion: str, answer: str) -> float:
+        """Reward of a decoded completion given the reference answer."""
+        ...
+
+    def sft_target(self, answer: str) -> str:
+        """The completion text a supervised warm start teaches for `answer`."""
+        ...
+
+
+_TASKS: dict[str, type] = {
+    "addition": AdditionTask,
+}
+
+
+def get_task(name: str, **kwargs: Any) -> Task:
+    """The task registered as `name`, built with `kwargs` (e.g. get_task("addition", seed=1))."""
+    if name not in _TASKS:
+        close = difflib.get_close_matches(name, _TASKS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown task {name!r}{hint}; known tasks: {sorted(_TASKS)}. New tasks "
+                         "are registered in rljax/data/tasks/__init__.py")
+    return _TASKS[name](**kwargs)
+
+
+__all__ = ["AdditionTask", "Task", "get_task"]

@@ -1,0 +1,116 @@
+"""Multi-digit addition: a synthetic, exactly verifiable task for tiny byte-level models.
+
+A problem is "a+b=" with answer str(a + b). Each operand first draws its digit count uniformly
+from [min_digits, max_digits], then a value with that many digits, so short and long operands
+are equally common. Problems are generated from their index, so any split is random-access,
+reproducible and needs no storage.
+
+Train and test are disjoint by construction: a fixed integer hash of the unordered operand pair
+puts every pair in exactly one split, so neither "a+b" nor "b+a" of a test problem can appear in
+train. The rule does not depend on `seed`, so the test set is held out for every seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+_SPLIT_IDS = {"train": 0, "test": 1}
+_MASK64 = (1 << 64) - 1
+# Rejection draws per example before a split is declared (nearly) empty; at test_fraction=0.1
+# a draw lands in test with probability ~0.1, so 1000 misses do not happen by chance.
+_MAX_DRAWS = 1000
+_MAX_SUPPORTED_DIGITS = 18  # 10**18 < 2**63: operands stay within numpy's int64 sampling
+
+
+def _mix64(x: int) -> int:
+    """SplitMix64 finaliser: a fixed, well-mixed 64-bit integer hash (not Python's hash())."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def _pair_unit(a: int, b: int) -> float:
+    """A deterministic number in [0, 1) for the unordered pair {a, b}."""
+    lo, hi = min(a, b), max(a, b)
+    return _mix64(_mix64(lo) ^ hi) / 2.0**64
+
+
+@dataclasses.dataclass(frozen=True)
+class AdditionTask:
+    """Prompts "a+b=" with answer str(a + b); reward 1.0 only for the exact sum.
+
+    Attributes:
+      min_digits, max_digits: digit range of each operand (1-digit operands include 0).
+      seed: seeds problem generation; splits stay the same for every seed.
+      test_fraction: share of operand pairs held out for the test split.
+      test_size: number of examples in the finite test split (train is unbounded).
+    """
+
+    min_digits: int = 1
+    max_digits: int = 3
+    seed: int = 0
+    test_fraction: float = 0.1
+    test_size: int = 1000
+
+    splits = ("train", "test")
+
+    def __post_init__(self):
+        if not 1 <= self.min_digits <= self.max_digits <= _MAX_SUPPORTED_DIGITS:
+            raise ValueError(
+                f"min_digits={self.min_digits}, max_digits={self.max_digits}: need "
+                f"1 <= min_digits <= max_digits <= {_MAX_SUPPORTED_DIGITS}")
+        if not 0.0 < self.test_fraction < 1.0:
+            raise ValueError(f"test_fraction={self.test_fraction} must be strictly between 0 and 1")
+        if self.seed < 0:
+            raise ValueError(f"seed={self.seed} must be non-negative (numpy seeds need it)")
+        if self.test_size < 1:
+            raise ValueError(f"test_size={self.test_size} must be at least 1")
+
+    def split_size(self, split: str) -> int | None:
+        """Examples in `split`: None for the unbounded train split, `test_size` for test."""
+        self._split_id(split)
+        return None if split == "train" else self.test_size
+
+    def in_test_split(self, a: int, b: int) -> bool:
+        """Whether the problem a+b (equivalently b+a) belongs to the test split."""
+        return _pair_unit(a, b) < self.test_fraction
+
+    def example(self, index: int, split: str) -> dict[str, str]:
+        """The problem at `index` of `split`: dict(prompt="17+5=", answer="22").
+
+        Deterministic in (seed, split, index). Operand pairs of the other split are rejected
+        and redrawn, so a split may repeat a problem but never shares one with the other split.
+        """
+        split_id = self._split_id(split)
+        if index < 0:
+            raise ValueError(f"index={index} must be non-negative")
+        rng = np.random.default_rng([self.seed, split_id, index])
+        want_test = split == "test"
+        for _ in range(_MAX_DRAWS):
+            a, b = self._operand(rng), self._operand(rng)
+            if self.in_test_split(a, b) == want_test:
+                return {"prompt": f"{a}+{b}=", "answer": str(a + b)}
+        raise ValueError(
+            f"no {split} problem found in {_MAX_DRAWS} draws for {self}: the {split} split is "
+            "(nearly) empty; widen the digit range or move test_fraction away from 0/1")
+
+    def reward(self, completion: str, answer: str) -> float:
+        """1.0 if the whole completion, stripped of surrounding whitespace, equals the answer."""
+        return 1.0 if completion.strip() == answer else 0.0
+
+    def sft_target(self, answer: str) -> str:
+        """The completion a supervised warm start teaches: the bare answer."""
+        return answer
+
+    def _operand(self, rng: np.random.Generator) -> int:
+        digits = int(rng.integers(self.min_digits, self.max_digits + 1))
+        low = 0 if digits == 1 else 10 ** (digits - 1)
+        return int(rng.integers(low, 10**digits))
+
+    def _split_id(self, split: str) -> int:
+        if split not in _SPLIT_IDS:
+            raise ValueError(f"split={split!r} is not one of {self.splits}")
+        return _SPLIT_IDS[split]

@@ -1,0 +1,89 @@
+"""The host-side reward interface, and scoring that contains a misbehaving reward function.
+
+A reward function sees decoded text and returns a float. One bad call (an exception, a None, a
+NaN) must not kill a long training run, so `score_completions` gives that completion reward 0,
+counts the failure by kind for the metrics, and logs one warning per kind per batch.
+
+Timeouts here are soft: a call that returns after `timeout_s` has its reward discarded, but a
+call that never returns is not interrupted (threads cannot be killed safely). Hard limits belong
+to code-execution rewards, which run their programs in subprocesses.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+RewardFn = Callable[[str, str, str], float]
+"""reward_fn(prompt, completion, answer) -> float, on decoded text (special tokens dropped)."""
+
+FAILURE_KINDS = ("exception", "wrong_type", "non_finite", "timeout")
+
+_REASONS = {
+    "exception": "reward_fn raised",
+    "wrong_type": "reward_fn returned a non-number",
+    "non_finite": "reward_fn returned a non-finite number",
+    "timeout": "reward_fn ran past timeout_s",
+}
+
+_log = logging.getLogger(__name__)
+
+
+def _score_one(reward_fn: RewardFn, prompt: str, completion: str, answer: str,
+               timeout_s: float | None) -> tuple[float, str | None, str]:
+    """(reward, failure kind or None, detail for the log) of one call."""
+    start = time.perf_counter()
+    try:
+        value = reward_fn(prompt, completion, answer)
+    except Exception as err:  # pylint: disable=broad-except  # contained by design
+        return 0.0, "exception", repr(err)
+    elapsed = time.perf_counter() - start
+    if timeout_s is not None and elapsed > timeout_s:
+        return 0.0, "timeout", f"took {elapsed:.3g} s > timeout_s={timeout_s}"
+    if not isinstance(value, numbers.Real):
+        return 0.0, "wrong_type", f"got {type(value).__name__} {value!r:.80}"
+    if not math.isfinite(value):
+        return 0.0, "non_finite", f"got {value!r}"
+    return float(value), None, ""
+
+
+def score_completions(
+    reward_fn: RewardFn,
+    prompts: Sequence[str],
+    completions: Sequence[str],
+    answers: Sequence[str],
+    timeout_s: float | None = None,
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Rewards of B completions, with failed calls scored 0.
+
+    Args:
+      reward_fn: `RewardFn`; any real number (int, float, bool, numpy scalar) is accepted.
+      prompts, completions, answers: B strings each, row i one sample.
+      timeout_s: soft per-call time limit in seconds (see the module docstring); None for none.
+
+    Returns:
+      rewards: [B] float32.
+      failures: count of failed calls per kind, every kind of `FAILURE_KINDS` present.
+    """
+    if not len(prompts) == len(completions) == len(answers):
+        raise ValueError(f"got {len(prompts)} prompts, {len(completions)} completions and "
+                         f"{len(answers)} answers; pass one of each per sample")
+    if timeout_s is not None and timeout_s <= 0:
+        raise ValueError(f"timeout_s={timeout_s} must be positive, or None for no limit")
+    rewards = np.zeros(len(prompts), np.float32)
+    failures = dict.fromkeys(FAILURE_KINDS, 0)
+    first: dict[str, str] = {}
+    for i, (prompt, completion, answer) in enumerate(zip(prompts, completions, answers)):
+        rewards[i], kind, detail = _score_one(reward_fn, prompt, completion, answer, timeout_s)
+        if kind is not None:
+            failures[kind] += 1
+            first.setdefault(kind, f"sample {i}: {detail}")
+    for kind, detail in first.items():
+        _log.warning("%s on %d of %d samples, which got reward 0 (first, %s)",
+                     _REASONS[kind], failures[kind], len(prompts), detail)
+    return rewards, failures

@@ -1,0 +1,201 @@
+"""The jitted steps of an RL iteration: rollout, prepare (score + transforms) and update.
+
+  rollout(state, prompt_tokens, prompt_mask) -> Rollout            (sampler, no gradients)
+  prepare(state, batch) -> (state, batch, metrics)                 (old/ref log-probs, transforms)
+  update(state, batch) -> (state, metrics)                         (epochs x minibatches x micro)
+
+Rewards are computed on the host between `rollout` and `prepare`. Each step takes its
+randomness from `state.rng` folded with `state.step` and a per-step salt, so a resumed run
+repeats a straight one exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from rljax.algorithms import Algorithm
+from rljax.core.aggregation import aggregation_denominator
+from rljax.core.batch import Batch
+from rljax.core.state import TrainState
+from rljax.core.transform import Context, Metrics
+from rljax.rollout.sampler import Rollout, generate
+from rljax.rollout.sampling import SamplingParams
+from rljax.train.logprobs import completion_logprobs
+
+_ROLLOUT, _PREPARE, _UPDATE = 0, 1, 2
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+    """Sampler settings of a run (static: changing them recompiles)."""
+
+    max_new_tokens: int
+    n_samples: int
+    eos_id: int
+    pad_id: int
+    sampling: SamplingParams = SamplingParams()
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateConfig:
+    """How one rollout batch is turned into optimizer steps.
+
+    Attributes:
+      epochs: passes over the batch (PPO epochs); each pass reshuffles the rows.
+      minibatches: optimizer steps per epoch.
+      microbatches: gradient-accumulation chunks per minibatch (memory, not maths: the
+        accumulated gradient equals the minibatch gradient, see `aggregation_denominator`).
+      vocab_chunk: vocabulary columns per chunk when computing log-probs and entropy.
+    """
+
+    epochs: int = 1
+    minibatches: int = 1
+    microbatches: int = 1
+    vocab_chunk: int = 8192
+
+    def __post_init__(self):
+        for name in ("epochs", "minibatches", "microbatches", "vocab_chunk"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"UpdateConfig.{name}={getattr(self, name)} must be >= 1")
+
+
+class Steps(NamedTuple):
+    """The jitted step functions of a run."""
+
+    rollout: Callable[[TrainState, jax.Array, jax.Array], Rollout]
+    prepare: Callable[[TrainState, Batch], tuple[TrainState, Batch, Metrics]]
+    update: Callable[[TrainState, Batch], tuple[TrainState, Metrics]]
+
+
+def _step_key(state: TrainState, salt: int) -> jax.Array:
+    return jax.random.fold_in(jax.random.fold_in(state.rng, state.step), salt)
+
+
+def _masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
+    mask = mask.astype(jnp.float32)
+    return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+
+
+def make_steps(
+    graphdef: nnx.GraphDef,
+    optimizer: optax.GradientTransformation,
+    algorithm: Algorithm,
+    rollout_config: RolloutConfig,
+    update_config: UpdateConfig = UpdateConfig(),
+    mesh: Mesh | None = None,
+    state_shardings: TrainState | None = None,
+) -> Steps:
+    """Builds the jitted rollout / prepare / update functions.
+
+    Args:
+      graphdef: the policy's graph definition (static).
+      optimizer: the optax optimizer whose state lives in `TrainState.opt_state`.
+      algorithm: transform chain + objective (`rljax.algorithms`).
+      rollout_config: sampler settings.
+      update_config: epochs, minibatches, microbatches.
+      mesh: when given, batches are split over the mesh's "batch" axes and the state keeps
+        `state_shardings` (pass `jax.tree.map(lambda x: x.sharding, state)`).
+      state_shardings: shardings of the TrainState, required with `mesh`.
+    """
+    cfg = update_config
+    chunk = cfg.vocab_chunk
+
+    def score(params, batch: Batch):
+        return completion_logprobs(graphdef, params, batch.prompt_tokens, batch.prompt_mask,
+                                   batch.completion_tokens, batch.completion_mask, chunk)
+
+    def rollout(state: TrainState, prompt_tokens, prompt_mask) -> Rollout:
+        rc = rollout_config
+        return generate(graphdef, state.params, prompt_tokens, prompt_mask,
+                        _step_key(state, _ROLLOUT), max_new_tokens=rc.max_new_tokens,
+                        eos_id=rc.eos_id, pad_id=rc.pad_id, n_samples=rc.n_samples,
+                        sampling=rc.sampling)
+
+    def prepare(state: TrainState, batch: Batch):
+        old_logprobs, old_entropy = score(state.params, batch)
+        ref_logprobs = old_logprobs
+        if state.ref_params is not None:
+            ref_logprobs, _ = score(state.ref_params, batch)
+        mask = batch.completion_mask
+        batch = batch.replace(old_logprobs=old_logprobs, ref_logprobs=ref_logprobs,
+                              extras={**batch.extras, "old_entropy": old_entropy})
+        ctx = Context(step=state.step, rng=_step_key(state, _PREPARE), extras={})
+        batch, transform_state, metrics = algorithm.transform.apply(
+            batch, state.transform_state, ctx)
+        log_ratio = batch.rollout_logprobs - old_logprobs
+        metrics = {
+            **metrics,
+            "entropy": _masked_mean(old_entropy, mask),
+            # Sampler vs trainer log-prob gap (0 up to numerics when both are the same policy
+            # at temperature 1; large under quantized rollouts or other temperatures).
+            "rollout_trainer_logprob_gap": _masked_mean(jnp.abs(log_ratio), mask),
+            "kl_to_ref": _masked_mean(jnp.expm1(ref_logprobs - old_logprobs)
+                                      - (ref_logprobs - old_logprobs), mask),
+        }
+        return state.replace(transform_state=transform_state), batch, metrics
+
+    def loss_fn(params, batch: Batch):
+        new_logprobs, new_entropy = score(params, batch)
+        return algorithm.objective(new_logprobs, new_entropy, batch)
+
+    def update(state: TrainState, batch: Batch):
+        rows = batch.group_id.shape[0]
+        per_step = cfg.minibatches * cfg.microbatches
+        if rows % per_step:
+            raise ValueError(
+                f"batch of {rows} rows is not divisible by minibatches x microbatches = "
+                f"{cfg.minibatches} x {cfg.microbatches}; change train.minibatches or "
+                "train.microbatches")
+        keys = jax.random.split(_step_key(state, _UPDATE), cfg.epochs)
+        order = jnp.stack([jax.random.permutation(k, rows) for k in keys])
+        order = order.reshape(cfg.epochs * cfg.minibatches, cfg.microbatches, rows // per_step)
+
+        def microbatch(carry, ids):
+            params, grads, loss, weight = carry
+            sub = jax.tree.map(lambda x: x[ids], batch)
+            (sub_loss, metrics), sub_grads = jax.value_and_grad(loss_fn, has_aux=True)(
+                params, sub)
+            w = aggregation_denominator(sub.loss_weights, algorithm.aggregation)
+            grads = jax.tree.map(lambda g, s: g + w * s, grads, sub_grads)
+            return (params, grads, loss + w * sub_loss, weight + w), metrics
+
+        def minibatch(carry, ids):
+            params, opt_state = carry
+            zeros = jax.tree.map(jnp.zeros_like, params)
+            (_, grads, loss, weight), metrics = jax.lax.scan(
+                microbatch, (params, zeros, 0.0, 0.0), ids)
+            scale = jnp.where(weight > 0, 1.0 / jnp.maximum(weight, 1e-30), 0.0)
+            grads = jax.tree.map(lambda g: g * scale, grads)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+            metrics = jax.tree.map(jnp.mean, metrics)
+            metrics.update(loss=loss * scale, grad_norm=optax.global_norm(grads))
+            return (params, opt_state), metrics
+
+        (params, opt_state), metrics = jax.lax.scan(
+            minibatch, (state.params, state.opt_state), order)
+        metrics = jax.tree.map(jnp.mean, metrics)
+        state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+        return state, metrics
+
+    if mesh is None:
+        return Steps(jax.jit(rollout), jax.jit(prepare), jax.jit(update, donate_argnums=0))
+    if state_shardings is None:
+        raise ValueError("make_steps(mesh=...) also needs state_shardings")
+    rows = NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
+    none = NamedSharding(mesh, PartitionSpec())
+    return Steps(
+        jax.jit(rollout, in_shardings=(state_shardings, rows, rows), out_shardings=rows),
+        jax.jit(prepare, in_shardings=(state_shardings, rows),
+                out_shardings=(state_shardings, rows, none)),
+        jax.jit(update, in_shardings=(state_shardings, rows),
+                out_shardings=(state_shardings, none), donate_argnums=0),
+    )

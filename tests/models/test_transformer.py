@@ -1,0 +1,98 @@
+"""Transformer properties: config validation, GQA as repeated heads, dtypes, tied embeddings."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from rljax.models.config import TransformerConfig
+from rljax.models.transformer import (create_model, forward, positions_from_mask,
+                                      rope_frequencies)
+
+BASE = dict(vocab_size=40, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=48)
+
+
+def run(config, params_or_seed=0, batch=2, length=9):
+    graphdef, params = create_model(config, seed=0)
+    if not isinstance(params_or_seed, int):
+        params = params_or_seed
+    tokens = jax.random.randint(jax.random.key(1), (batch, length), 0, config.vocab_size)
+    mask = jnp.ones_like(tokens, bool)
+    return forward(graphdef, params, tokens, positions_from_mask(mask), mask)[0], params
+
+
+def test_gqa_equals_multi_head_attention_with_repeated_kv_heads():
+    gqa = TransformerConfig(**BASE)
+    logits_gqa, params = run(gqa)
+    mha = gqa.replace(n_kv_heads=4)
+    mha_params = nnx.to_pure_dict(params)
+    for layer in mha_params["layers"].values():
+        for name in ("k_proj", "v_proj"):  # kv head j serves query heads 2j and 2j+1
+            layer["attn"][name] = jnp.repeat(layer["attn"][name], 2, axis=1)
+    _, template = create_model(mha)
+    nnx.replace_by_pure_dict(template, mha_params)
+    logits_mha, _ = run(mha, template)
+    np.testing.assert_allclose(logits_gqa, logits_mha, atol=1e-5, rtol=1e-5)
+
+
+def test_causality_future_tokens_do_not_change_past_logits():
+    config = TransformerConfig(**BASE)
+    graphdef, params = create_model(config)
+    tokens = jax.random.randint(jax.random.key(2), (1, 8), 0, config.vocab_size)
+    changed = tokens.at[0, 5:].set((tokens[0, 5:] + 1) % config.vocab_size)
+    mask = jnp.ones_like(tokens, bool)
+    pos = positions_from_mask(mask)
+    a = forward(graphdef, params, tokens, pos, mask)[0]
+    b = forward(graphdef, params, changed, pos, mask)[0]
+    np.testing.assert_allclose(a[:, :5], b[:, :5], atol=1e-6)
+    assert not np.allclose(a[:, 5:], b[:, 5:])
+
+
+def test_bfloat16_compute_is_close_to_float32():
+    config = TransformerConfig(**BASE)
+    f32, params = run(config)
+    bf16, _ = run(config.replace(dtype="bfloat16"), params)
+    assert bf16.dtype == jnp.float32  # logits always come back in float32
+    np.testing.assert_allclose(bf16, f32, atol=0.05)
+
+
+def test_bfloat16_params_are_stored_in_bfloat16():
+    _, params = create_model(TransformerConfig(**BASE, param_dtype="bfloat16"))
+    assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype(jnp.bfloat16)}
+
+
+def test_tied_embeddings_have_no_lm_head_and_use_the_embedding():
+    config = TransformerConfig(**BASE, tie_embeddings=True)
+    graphdef, params = create_model(config)
+    assert "lm_head" not in nnx.to_pure_dict(params)
+    model = nnx.merge(graphdef, params)
+    hidden = jax.random.normal(jax.random.key(0), (3, config.d_model))
+    np.testing.assert_allclose(model.logits(hidden), hidden @ model.embed[...].T, atol=1e-5)
+
+
+def test_rope_frequencies_default_and_linear():
+    config = TransformerConfig(**BASE, rope_theta=500.0)
+    dim = config.resolved_head_dim
+    want = 1.0 / 500.0 ** (np.arange(0, dim, 2) / dim)
+    np.testing.assert_allclose(rope_frequencies(config), want, rtol=1e-6)
+    linear = config.replace(rope_scaling={"rope_type": "linear", "factor": 4.0})
+    np.testing.assert_allclose(rope_frequencies(linear), want / 4.0, rtol=1e-6)
+
+
+def test_config_is_hashable_with_rope_scaling():
+    config = TransformerConfig(**BASE, rope_scaling={"rope_type": "linear", "factor": 2.0})
+    assert hash(config) == hash(config.replace())
+    assert config.rope_scaling_dict == {"rope_type": "linear", "factor": 2.0}
+
+
+@pytest.mark.parametrize("changes,match", [
+    (dict(n_kv_heads=3), "multiple of n_kv_heads"),
+    (dict(d_model=30), "not divisible by n_heads"),
+    (dict(dtype="float64"), "dtype"),
+    (dict(n_layers=0), "n_layers"),
+    (dict(rope_scaling={"rope_type": "yarn"}), "not supported"),
+])
+def test_config_errors_name_the_field(changes, match):
+    with pytest.raises(ValueError, match=match):
+        TransformerConfig(**{**BASE, **changes})

@@ -1,0 +1,68 @@
+"""score_completions: valid rewards pass through; failures score 0, are counted and logged."""
+
+import logging
+import time
+
+import numpy as np
+import pytest
+
+from rljax.data import AdditionTask
+from rljax.rewards import FAILURE_KINDS, score_completions
+
+
+def _flaky(prompt: str, completion: str, answer: str):
+    """Misbehaves according to the completion text."""
+    if completion == "raise":
+        raise RuntimeError("boom")
+    if completion == "none":
+        return None
+    if completion == "str":
+        return "1.0"
+    if completion == "nan":
+        return float("nan")
+    if completion == "inf":
+        return -np.inf
+    if completion == "bool":
+        return True
+    return np.float64(len(completion) * 0.5)
+
+
+def test_valid_rewards_pass_through():
+    task = AdditionTask()
+    rewards, failures = score_completions(lambda p, c, a: task.reward(c, a),
+                                          ["1+1=", "2+2="], [" 2", "5"], ["2", "4"])
+    np.testing.assert_array_equal(rewards, [1.0, 0.0])
+    assert rewards.dtype == np.float32
+    assert failures == dict.fromkeys(FAILURE_KINDS, 0)
+
+
+def test_failures_score_zero_counted_by_kind(caplog):
+    completions = ["ab", "raise", "none", "str", "nan", "inf", "bool", "raise", "abcd"]
+    with caplog.at_level(logging.WARNING, logger="rljax.rewards.base"):
+        rewards, failures = score_completions(_flaky, [""] * 9, completions, [""] * 9)
+    np.testing.assert_array_equal(rewards, [1.0, 0, 0, 0, 0, 0, 1.0, 0, 2.0])
+    assert failures == {"exception": 2, "wrong_type": 2, "non_finite": 2, "timeout": 0}
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 3  # one warning per kind, not per sample
+    assert any("raised on 2 of 9" in m and "RuntimeError('boom')" in m and "sample 1" in m
+               for m in messages)
+    assert any("non-number on 2 of 9" in m and "NoneType" in m for m in messages)
+    assert any("non-finite number on 2 of 9" in m and "nan" in m for m in messages)
+
+
+def test_soft_timeout_discards_slow_calls():
+    def slow(prompt, completion, answer):
+        time.sleep(0.05 if completion == "slow" else 0.0)
+        return 1.0
+
+    rewards, failures = score_completions(slow, ["", ""], ["slow", "fast"], ["", ""],
+                                          timeout_s=0.02)
+    np.testing.assert_array_equal(rewards, [0.0, 1.0])
+    assert failures["timeout"] == 1
+
+
+def test_mismatched_lengths_and_bad_timeout_raise():
+    with pytest.raises(ValueError, match="2 prompts, 1 completions and 2 answers"):
+        score_completions(_flaky, ["", ""], [""], ["", ""])
+    with pytest.raises(ValueError, match="timeout_s=0"):
+        score_completions(_flaky, [""], [""], [""], timeout_s=0)

@@ -1,0 +1,129 @@
+"""Rollout / prepare / update steps on a tiny model."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from rljax.algorithms import grpo
+from rljax.core.batch import make_batch
+from rljax.core.state import init_train_state
+from rljax.models.config import TransformerConfig
+from rljax.models.transformer import create_model, forward, positions_from_mask
+from rljax.train.steps import RolloutConfig, UpdateConfig, make_steps
+
+CONFIG = TransformerConfig(vocab_size=30, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1,
+                           d_ff=32)
+ROLLOUT = RolloutConfig(max_new_tokens=5, n_samples=4, eos_id=1, pad_id=0)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    graphdef, params = create_model(CONFIG, seed=0)
+    prompts = jnp.asarray([[0, 5, 6], [7, 8, 9]], jnp.int32)
+    return graphdef, params, prompts, prompts > 0
+
+
+def rollout_batch(steps, state, prompts, mask):
+    rollout = steps.rollout(state, prompts, mask)
+    rewards = (rollout.completion_tokens[:, 0] % 2).astype(jnp.float32)  # any fixed reward
+    return make_batch(rollout.prompt_tokens, rollout.prompt_mask, rollout.completion_tokens,
+                      rollout.completion_mask, rollout.group_id, rewards,
+                      rollout_logprobs=rollout.sampling_logprobs)
+
+
+def build(graphdef, params, update=UpdateConfig(), lr=1.0, **grpo_kwargs):
+    algorithm = grpo(group_size=ROLLOUT.n_samples, **grpo_kwargs)
+    optimizer = optax.sgd(lr)
+    state = init_train_state(params, optimizer, algorithm.transform, jax.random.PRNGKey(0))
+    return make_steps(graphdef, optimizer, algorithm, ROLLOUT, update), state
+
+
+def test_prepare_scores_the_rollout_and_computes_group_advantages(setup):
+    graphdef, params, prompts, mask = setup
+    steps, state = build(graphdef, params)
+    batch = rollout_batch(steps, state, prompts, mask)
+    _, batch, metrics = steps.prepare(state, batch)
+    # Sampler log-probs (temperature 1) equal the trainer's old log-probs.
+    np.testing.assert_allclose(batch.old_logprobs, batch.rollout_logprobs, atol=1e-5)
+    assert float(metrics["rollout_trainer_logprob_gap"]) < 1e-5
+    r = np.asarray(batch.rewards).reshape(2, 4)
+    want = (r - r.mean(1, keepdims=True)) / (r.std(1, ddof=1, keepdims=True) + 1e-6)
+    want = np.where(r.std(1, keepdims=True) > 0, want, 0.0).reshape(-1)
+    np.testing.assert_allclose(batch.advantages, want[:, None] * np.asarray(batch.completion_mask),
+                               atol=1e-5)
+
+
+def test_one_on_policy_sgd_step_is_the_policy_gradient(setup):
+    graphdef, params, prompts, mask = setup
+    steps, state = build(graphdef, params, lr=0.1)
+    batch = rollout_batch(steps, state, prompts, mask)
+    state, batch, _ = steps.prepare(state, batch)
+
+    def pg_loss(p):  # -(1/N) sum_t A_t log pi(y_t), from a plain full-vocabulary forward pass
+        tokens = jnp.concatenate([batch.prompt_tokens, batch.completion_tokens], 1)
+        m = jnp.concatenate([batch.prompt_mask, batch.completion_mask], 1)
+        logp = jax.nn.log_softmax(forward(graphdef, p, tokens, positions_from_mask(m), m)[0])
+        logp = jnp.take_along_axis(logp[:, 2:-1], batch.completion_tokens[..., None], -1)[..., 0]
+        w = batch.completion_mask.astype(jnp.float32)
+        return -(batch.advantages * logp * w).sum() / w.sum()
+
+    want = jax.tree.map(lambda p, g: p - 0.1 * g, params, jax.grad(pg_loss)(params))
+    new_state, metrics = steps.update(state, batch)
+    for got, ref in zip(jax.tree.leaves(new_state.params), jax.tree.leaves(want)):
+        np.testing.assert_allclose(got, ref, atol=1e-6)
+    assert int(new_state.step) == 1
+    assert float(metrics["pg/clip_frac"]) == 0.0  # on-policy: ratio 1
+
+
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean"])
+def test_gradient_accumulation_equals_the_full_minibatch(setup, aggregation):
+    graphdef, params, prompts, mask = setup
+    results = []
+    for micro in (1, 4):
+        steps, state = build(graphdef, params, UpdateConfig(microbatches=micro, vocab_chunk=7),
+                             aggregation=aggregation)
+        batch = rollout_batch(steps, state, prompts, mask)
+        state, batch, _ = steps.prepare(state, batch)
+        results.append(steps.update(state, batch))
+    (a, ma), (b, mb) = results
+    for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)):
+        np.testing.assert_allclose(x, y, atol=1e-6)
+    np.testing.assert_allclose(ma["loss"], mb["loss"], atol=1e-6)
+
+
+def test_several_epochs_and_minibatches_take_that_many_optimizer_steps(setup):
+    graphdef, params, prompts, mask = setup
+    algorithm = grpo(group_size=4)
+    optimizer = optax.chain(optax.sgd(0.01), optax.scale(1.0))
+    state = init_train_state(params, optax.adam(1e-3), algorithm.transform, jax.random.PRNGKey(0))
+    steps = make_steps(graphdef, optax.adam(1e-3), algorithm, ROLLOUT,
+                       UpdateConfig(epochs=3, minibatches=2))
+    del optimizer
+    batch = rollout_batch(steps, state, prompts, mask)
+    state, batch, _ = steps.prepare(state, batch)
+    state, metrics = steps.update(state, batch)
+    assert int(state.opt_state[0].count) == 6  # adam's step counter: 3 epochs x 2 minibatches
+    assert np.isfinite(float(metrics["loss"]))
+    # Later minibatches are off-policy, so the ratio moved away from 1.
+    assert float(metrics["pg/ratio_max"]) > 1.0
+
+
+def test_indivisible_minibatches_raise(setup):
+    graphdef, params, prompts, mask = setup
+    steps, state = build(graphdef, params, UpdateConfig(minibatches=3))
+    batch = rollout_batch(steps, state, prompts, mask)
+    state, batch, _ = steps.prepare(state, batch)
+    with pytest.raises(ValueError, match="not divisible by minibatches x microbatches"):
+        steps.update(state, batch)
+
+
+def test_rollout_randomness_comes_from_state_and_step(setup):
+    graphdef, params, prompts, mask = setup
+    steps, state = build(graphdef, params)
+    a = steps.rollout(state, prompts, mask).completion_tokens
+    b = steps.rollout(state, prompts, mask).completion_tokens
+    c = steps.rollout(state.replace(step=state.step + 1), prompts, mask).completion_tokens
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
