@@ -79,3 +79,18 @@ def shard_params(params: nnx.State, mesh: Mesh,
                  rules: Mapping[str, MeshAxes] = DEFAULT_RULES) -> nnx.State:
     """Places each parameter on the mesh according to the rules."""
     return jax.device_put(params, param_shardings(params, mesh, rules))
+
+
+def mesh_shardings(tree, mesh: Mesh):
+    """The shardings of `tree`'s arrays, with anything not yet on `mesh` replicated over it.
+
+    Optimizer states and scalars created outside a sharded computation live on one device;
+    jitted steps need every input on the same mesh. Use with `jax.device_put(tree, result)`.
+    """
+    def on_mesh(x):
+        sharding = getattr(x, "sharding", None)
+        if isinstance(sharding, NamedSharding) and sharding.mesh == mesh:
+            return sharding
+        return replicated(mesh)
+
+    return jax.tree.map(on_mesh, tree)

@@ -32,7 +32,7 @@ from rljax.models.hf import load_hf_checkpoint
 from rljax.models.tokenizer import ByteTokenizer, Tokenizer
 from rljax.models.transformer import create_model
 from rljax.parallel.mesh import make_mesh
-from rljax.parallel.rules import shard_params
+from rljax.parallel.rules import mesh_shardings, shard_params
 from rljax.rewards import score_completions
 from rljax.rollout.sampler import generate
 from rljax.rollout.sampling import SamplingParams
@@ -128,6 +128,10 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
                    if k not in ("name", "max_prompt_len", "eval_size")}
     task = get_task(config.task.name, seed=config.seed, **task_kwargs)
     mesh = make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    batch_split = mesh.shape["data"] * mesh.shape["fsdp"]
+    if config.train.prompts_per_step % batch_split:
+        raise ValueError(f"train.prompts_per_step={config.train.prompts_per_step} is not "
+                         f"divisible by mesh data x fsdp = {batch_split}")
     _, graphdef, params = build_policy(config, tokenizer)
     params = shard_params(params, mesh)
 
@@ -172,7 +176,8 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         data.set_state(data_state)
         logging.info("resumed from %s at step %d", checkpointer.directory, start)
 
-    shardings = jax.tree.map(lambda x: x.sharding, state)
+    shardings = mesh_shardings(state, mesh)
+    state = jax.device_put(state, shardings)
     steps = make_steps(graphdef, optimizer, algorithm, rollout_config, update_config, mesh,
                        shardings)
     bar = tqdm(range(start, t.steps), desc="grpo", unit="step", initial=start, total=t.steps,

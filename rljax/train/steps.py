@@ -12,7 +12,7 @@ repeats a straight one exactly.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import jax
@@ -26,6 +26,7 @@ from rljax.core.aggregation import aggregation_denominator
 from rljax.core.batch import Batch
 from rljax.core.state import TrainState
 from rljax.core.transform import Context, Metrics
+from rljax.parallel.rules import DEFAULT_RULES, MeshAxes
 from rljax.rollout.sampler import Rollout, generate
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.logprobs import completion_logprobs
@@ -92,6 +93,7 @@ def make_steps(
     update_config: UpdateConfig = UpdateConfig(),
     mesh: Mesh | None = None,
     state_shardings: TrainState | None = None,
+    rules: Mapping[str, MeshAxes] = DEFAULT_RULES,
 ) -> Steps:
     """Builds the jitted rollout / prepare / update functions.
 
@@ -102,8 +104,9 @@ def make_steps(
       rollout_config: sampler settings.
       update_config: epochs, minibatches, microbatches.
       mesh: when given, batches are split over the mesh's "batch" axes and the state keeps
-        `state_shardings` (pass `jax.tree.map(lambda x: x.sharding, state)`).
+        `state_shardings` (`rljax.parallel.mesh_shardings(state, mesh)`).
       state_shardings: shardings of the TrainState, required with `mesh`.
+      rules: logical-axis rules; batch rows are split over the mesh axes of "batch".
     """
     cfg = update_config
     chunk = cfg.vocab_chunk
@@ -177,7 +180,7 @@ def make_steps(
             updates, opt_state = optimizer.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
             metrics = jax.tree.map(jnp.mean, metrics)
-            metrics.update(loss=loss * scale, grad_norm=optax.global_norm(grads))
+            metrics.update(loss=loss * scale, grad_norm=optax.tree.norm(grads))
             return (params, opt_state), metrics
 
         (params, opt_state), metrics = jax.lax.scan(
@@ -190,7 +193,7 @@ def make_steps(
         return Steps(jax.jit(rollout), jax.jit(prepare), jax.jit(update, donate_argnums=0))
     if state_shardings is None:
         raise ValueError("make_steps(mesh=...) also needs state_shardings")
-    rows = NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
+    rows = NamedSharding(mesh, PartitionSpec(rules["batch"]))
     none = NamedSharding(mesh, PartitionSpec())
     return Steps(
         jax.jit(rollout, in_shardings=(state_shardings, rows, rows), out_shardings=rows),

@@ -66,3 +66,13 @@ def test_samples_follow_the_distribution():
 def test_bad_params_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SamplingParams(**kwargs)
+
+
+def test_filtered_tokens_are_never_sampled():
+    logits = jnp.asarray([[0.0, 5.0, 0.0, 4.0, -1.0, 4.5]])
+    keys = jax.random.split(jax.random.key(1), 5000)
+    draw = jax.vmap(lambda k: sample_token(k, logits, SamplingParams(top_k=2))[0][0])
+    tokens = np.asarray(draw(keys))
+    assert set(tokens.tolist()) == {1, 5}
+    p = np.exp([5.0, 4.5]) / np.exp([5.0, 4.5]).sum()
+    np.testing.assert_allclose((tokens == 1).mean(), p[0], atol=0.02)
