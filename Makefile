@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train demo test test-slow bench clean
+.PHONY: install train test bench clean
 
 $(STAMP): setup.py
 	python3 -m venv $(VENV)
@@ -18,15 +18,9 @@ install: $(STAMP)
 train: $(STAMP)
 	$(PY) -m launchers.train --config=configs/grpo_addition.py
 
-# Sampler demo: a tiny model generating a batch of completions.
-demo: $(STAMP)
-	$(PY) -m launchers.sample
-
 test: $(STAMP)
+	$(VENV)/bin/ruff check rljax tests launchers configs benchmarks
 	$(PY) -m pytest -q
-
-test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow
 
 bench: $(STAMP)
 	$(PY) benchmarks/rollout.py

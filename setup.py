@@ -34,6 +34,7 @@ setup(
             "nbformat>=5.10",
             "ipykernel>=6.29",
             "matplotlib>=3.8",
+            "ruff>=0.6",
         ],
         # Parity tests against Hugging Face transformers on the CPU torch wheel.
         "hf": [

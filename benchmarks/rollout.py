@@ -40,8 +40,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--skip_hf", action="store_true", help="time rljax only")
-    p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
-                                                 "rollout.json"))
+    p.add_argument(
+        "--out", default=os.path.join(os.path.dirname(__file__), "results", "rollout.json")
+    )
     return p.parse_args()
 
 
@@ -52,9 +53,15 @@ def build_checkpoint(args: argparse.Namespace, path: str):
 
     torch.manual_seed(0)
     config = transformers.Qwen2Config(
-        vocab_size=args.vocab, hidden_size=args.d_model, num_hidden_layers=args.layers,
-        num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
-        intermediate_size=args.d_ff, tie_word_embeddings=True, max_position_embeddings=4096)
+        vocab_size=args.vocab,
+        hidden_size=args.d_model,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads,
+        intermediate_size=args.d_ff,
+        tie_word_embeddings=True,
+        max_position_embeddings=4096,
+    )
     model = transformers.Qwen2ForCausalLM(config).eval()
     model.save_pretrained(path, safe_serialization=True)
     return model.to(getattr(torch, args.dtype))
@@ -78,8 +85,16 @@ def bench_rljax(args, path, prompts, mask) -> dict:
     keys = iter(jax.random.split(jax.random.key(0), args.repeats + 1))
 
     def run():
-        out = generate(graphdef, params, tokens, mask, next(keys), max_new_tokens=args.new_tokens,
-                       eos_id=-1, pad_id=0)
+        out = generate(
+            graphdef,
+            params,
+            tokens,
+            mask,
+            next(keys),
+            max_new_tokens=args.new_tokens,
+            eos_id=-1,
+            pad_id=0,
+        )
         jax.block_until_ready(out.completion_tokens)
         return out
 
@@ -100,13 +115,33 @@ def bench_hf(args, model, prompts, mask) -> dict:
     def run():
         with torch.inference_mode():
             out = model.generate(
-                input_ids=ids, attention_mask=attn, max_new_tokens=args.new_tokens,
-                min_new_tokens=args.new_tokens, do_sample=True, temperature=1.0, top_k=0,
-                top_p=1.0, pad_token_id=0, use_cache=True)
+                input_ids=ids,
+                attention_mask=attn,
+                max_new_tokens=args.new_tokens,
+                min_new_tokens=args.new_tokens,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                pad_token_id=0,
+                use_cache=True,
+            )
         assert out.shape == (args.batch, args.prompt_tokens + args.new_tokens)
 
     run()  # warm-up
     return dict(times_s=time_it(run, args.repeats))
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else platform.processor()."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 def main() -> None:
@@ -128,18 +163,29 @@ def main() -> None:
         r["median_s"] = statistics.median(r["times_s"])
         r["tokens_per_s"] = generated / r["median_s"]
     report = dict(
-        benchmark="rollout", args=vars(args), results=results,
-        machine=dict(platform=platform.platform(), processor=platform.processor(),
-                     cpus=os.cpu_count(), jax=jax.__version__, backend=jax.default_backend()))
+        benchmark="rollout",
+        args=vars(args),
+        results=results,
+        machine=dict(
+            platform=platform.platform(),
+            processor=cpu_model(),
+            cpus=os.cpu_count(),
+            jax=jax.__version__,
+            backend=jax.default_backend(),
+        ),
+    )
     if "hf_transformers" in results:
-        report["speedup_rljax_over_hf"] = (results["rljax"]["tokens_per_s"]
-                                           / results["hf_transformers"]["tokens_per_s"])
+        report["speedup_rljax_over_hf"] = (
+            results["rljax"]["tokens_per_s"] / results["hf_transformers"]["tokens_per_s"]
+        )
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
 
-    print(f"\nrollout: {args.layers} layers, d_model {args.d_model}, vocab {args.vocab}, "
-          f"batch {args.batch}, {args.prompt_tokens}+{args.new_tokens} tokens, {args.dtype}")
+    print(
+        f"\nrollout: {args.layers} layers, d_model {args.d_model}, vocab {args.vocab}, "
+        f"batch {args.batch}, {args.prompt_tokens}+{args.new_tokens} tokens, {args.dtype}"
+    )
     print(f"{'engine':<18}{'median s':>10}{'tokens/s':>12}")
     for name, r in results.items():
         print(f"{name:<18}{r['median_s']:>10.3f}{r['tokens_per_s']:>12.1f}")

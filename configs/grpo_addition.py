@@ -15,28 +15,62 @@ def get_config() -> ConfigDict:
     config.run_dir = "runs/grpo_addition"
 
     # The policy: built from scratch unless `checkpoint` names a local HF checkpoint directory.
-    config.model = ConfigDict(dict(
-        checkpoint="", d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=384,
-        rope_theta=10000.0, dtype="float32", param_dtype="float32"))
+    config.model = ConfigDict(
+        dict(
+            checkpoint="",
+            d_model=128,
+            n_layers=2,
+            n_heads=4,
+            n_kv_heads=2,
+            d_ff=384,
+            rope_theta=10000.0,
+            dtype="float32",
+            param_dtype="float32",
+        )
+    )
 
-    config.task = ConfigDict(dict(
-        name="addition", min_digits=1, max_digits=2, max_prompt_len=8, eval_size=512))
+    config.task = ConfigDict(
+        dict(name="addition", min_digits=1, max_digits=2, max_prompt_len=8, eval_size=512)
+    )
 
     config.sft = ConfigDict(dict(steps=800, batch_size=64, learning_rate=1e-3))
 
-    config.rollout = ConfigDict(dict(
-        max_new_tokens=5, n_samples=8, temperature=1.0, top_k=0, top_p=1.0))
+    config.rollout = ConfigDict(
+        dict(max_new_tokens=5, n_samples=8, temperature=1.0, top_k=0, top_p=1.0)
+    )
 
-    config.algorithm = ConfigDict(dict(
-        name="grpo", clip_eps=0.2, clip_eps_high=0.2, kl_coef=0.0, kl_estimator="k3",
-        entropy_coef=0.0, normalize_std=True, aggregation="token-mean"))
+    config.algorithm = ConfigDict(
+        dict(
+            name="grpo",
+            clip_eps=0.2,
+            clip_eps_high=0.2,
+            kl_coef=0.0,
+            kl_estimator="k3",
+            entropy_coef=0.0,
+            normalize_std=True,
+            aggregation="token-mean",
+        )
+    )
 
-    config.train = ConfigDict(dict(
-        steps=300, prompts_per_step=64, learning_rate=1e-4, warmup_steps=5, max_grad_norm=1.0,
-        weight_decay=0.0, epochs=1, minibatches=2, microbatches=1, vocab_chunk=8192,
-        eval_every=50, checkpoint_every=50, max_checkpoints=2,
-        # Testing only: SIGKILL the process right after the checkpoint of this step is written.
-        kill_at_step=-1))
+    config.train = ConfigDict(
+        dict(
+            steps=300,
+            prompts_per_step=64,
+            learning_rate=1e-4,
+            warmup_steps=5,
+            max_grad_norm=1.0,
+            weight_decay=0.0,
+            epochs=1,
+            minibatches=2,
+            microbatches=1,
+            vocab_chunk=8192,
+            eval_every=50,
+            checkpoint_every=50,
+            max_checkpoints=2,
+            # Testing only: SIGKILL the process right after the checkpoint of this step is written.
+            kill_at_step=-1,
+        )
+    )
 
     # Device mesh; -1 takes all remaining devices.
     config.mesh = ConfigDict(dict(data=-1, fsdp=1, tensor=1))

@@ -13,8 +13,9 @@ from ml_collections import config_flags
 
 from rljax.train.loop import train
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to an ml_collections config.",
-                                          lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Path to an ml_collections config.", lock_config=True
+)
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -30,11 +31,11 @@ def parse_flags(argv: list[str]) -> list[str]:
         sys.exit("error: " + " ".join(str(err).split()))
 
 
-
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}; config values are set with "
-                             "--config.KEY=VALUE")
+        raise app.UsageError(
+            f"unexpected arguments {argv[1:]}; config values are set with --config.KEY=VALUE"
+        )
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax and grain are chatty at INFO
     config = _CONFIG.value
@@ -49,8 +50,10 @@ def main(argv: list[str]) -> None:
         sys.exit("error: " + " ".join(str(err).split()))
     evals = [r for r in records if "eval/accuracy" in r]
     if evals:
-        print(f"held-out accuracy: {evals[0]['eval/accuracy']:.3f} at step {evals[0]['step']}"
-              f" -> {evals[-1]['eval/accuracy']:.3f} at step {evals[-1]['step']}")
+        print(
+            f"held-out accuracy: {evals[0]['eval/accuracy']:.3f} at step {evals[0]['step']}"
+            f" -> {evals[-1]['eval/accuracy']:.3f} at step {evals[-1]['step']}"
+        )
     print(f"metrics: {config.run_dir}/metrics.jsonl")
 
 

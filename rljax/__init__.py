@@ -6,10 +6,33 @@ An algorithm is a chain of pure transforms over a `Batch` plus an objective
 """
 
 from rljax import algorithms
-from rljax.core import (Batch, Context, Objective, Transform, TrainState, aggregate, chain,
-                        init_train_state, make_batch, stateless, sum_objectives)
+from rljax.core import (
+    Batch,
+    Context,
+    Objective,
+    TrainState,
+    Transform,
+    aggregate,
+    chain,
+    init_train_state,
+    make_batch,
+    stateless,
+    sum_objectives,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["algorithms", "Batch", "Context", "Objective", "Transform", "TrainState", "aggregate",
-           "chain", "init_train_state", "make_batch", "stateless", "sum_objectives"]
+__all__ = [
+    "algorithms",
+    "Batch",
+    "Context",
+    "Objective",
+    "Transform",
+    "TrainState",
+    "aggregate",
+    "chain",
+    "init_train_state",
+    "make_batch",
+    "stateless",
+    "sum_objectives",
+]

@@ -18,9 +18,13 @@ def test_notebook_executes(path, monkeypatch):
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("XLA_FLAGS", raising=False)  # one device, like a laptop or Colab
     nb = nbformat.read(path, as_version=4)
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), (
         f"{path} is committed with outputs; strip them"
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": ROOT}}).execute()
-    outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                      for o in c.outputs)
+    )
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": ROOT}}
+    ).execute()
+    outputs = "".join(
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
+    )
     assert "held-out accuracy" in outputs

@@ -1,7 +1,11 @@
 """Core contract: the Batch pytree, transforms, objectives and loss aggregation."""
 
-from rljax.core.aggregation import (AGGREGATION_MODES, aggregate, aggregation_denominator,
-                                    check_aggregation_mode)
+from rljax.core.aggregation import (
+    AGGREGATION_MODES,
+    aggregate,
+    aggregation_denominator,
+    check_aggregation_mode,
+)
 from rljax.core.batch import Batch, check_groups, make_batch
 from rljax.core.objective import Objective, sum_objectives
 from rljax.core.state import TrainState, init_train_state

@@ -12,20 +12,20 @@ Objective = Callable[[jax.Array, jax.Array, Batch], tuple[jax.Array, Metrics]]
 
 
 def sum_objectives(*objectives: Objective) -> Objective:
-  """Adds objectives: the loss is the sum, the metrics are merged.
+    """Adds objectives: the loss is the sum, the metrics are merged.
 
-  Args:
-    *objectives: objectives to add (e.g. surrogate, KL loss, entropy bonus).
+    Args:
+      *objectives: objectives to add (e.g. surrogate, KL loss, entropy bonus).
 
-  Returns:
-    An `Objective`. Metric keys reported by two members raise a ValueError
-    (see `merge_metrics`).
-  """
-  if not objectives:
-    raise ValueError("sum_objectives needs at least one objective")
+    Returns:
+      An `Objective`. Metric keys reported by two members raise a ValueError
+      (see `merge_metrics`).
+    """
+    if not objectives:
+        raise ValueError("sum_objectives needs at least one objective")
 
-  def objective(new_logprobs: jax.Array, new_entropy: jax.Array, batch: Batch):
-    losses, metrics = zip(*(o(new_logprobs, new_entropy, batch) for o in objectives))
-    return sum(losses[1:], losses[0]), merge_metrics(*metrics)
+    def objective(new_logprobs: jax.Array, new_entropy: jax.Array, batch: Batch):
+        losses, metrics = zip(*(o(new_logprobs, new_entropy, batch) for o in objectives))
+        return sum(losses[1:], losses[0]), merge_metrics(*metrics)
 
-  return objective
+    return objective

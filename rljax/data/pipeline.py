@@ -47,8 +47,10 @@ def _task_indices(
     if num_examples is None:
         num_examples = _UNBOUNDED_SIZE if size is None else size
     elif not 0 < num_examples <= (size or _UNBOUNDED_SIZE):
-        raise ValueError(f"num_examples={num_examples} must be in [1, {size or _UNBOUNDED_SIZE}] "
-                         f"for split {split!r}")
+        raise ValueError(
+            f"num_examples={num_examples} must be in [1, {size or _UNBOUNDED_SIZE}] "
+            f"for split {split!r}"
+        )
     shard_index = jax.process_index() if shard_index is None else shard_index
     shard_count = jax.process_count() if shard_count is None else shard_count
     if not 0 <= shard_index < shard_count:
@@ -65,24 +67,35 @@ def _encode_prompt(tokenizer: Tokenizer, prompt: str, max_prompt_len: int, where
         tokens, mask = encode_prompts(tokenizer, [prompt], max_prompt_len)
     except ValueError as err:
         length = len(tokenizer.encode(prompt, add_bos=True))
-        raise ValueError(f"{where}: prompt {prompt!r} is {length} tokens with BOS, more than "
-                         f"max_prompt_len={max_prompt_len}; raise max_prompt_len or shorten the "
-                         "task's prompts") from err
+        raise ValueError(
+            f"{where}: prompt {prompt!r} is {length} tokens with BOS, more than "
+            f"max_prompt_len={max_prompt_len}; raise max_prompt_len or shorten the "
+            "task's prompts"
+        ) from err
     return tokens[0], mask[0]
 
 
-def _prompt_example(index: int, *, task: Task, split: str, tokenizer: Tokenizer,
-                    max_prompt_len: int, max_answer_len: int) -> dict[str, np.ndarray]:
+def _prompt_example(
+    index: int,
+    *,
+    task: Task,
+    split: str,
+    tokenizer: Tokenizer,
+    max_prompt_len: int,
+    max_answer_len: int,
+) -> dict[str, np.ndarray]:
     """One RL prompt example (see `prompt_dataset`)."""
     example = task.example(int(index), split)
     where = f"{split} example {index}"
     tokens, mask = _encode_prompt(tokenizer, example["prompt"], max_prompt_len, where)
     answer_bytes = example["answer"].encode("utf-8")
     if len(answer_bytes) > max_answer_len:
-        raise ValueError(f"{where}: answer {example['answer']!r} is {len(answer_bytes)} bytes, "
-                         f"more than max_answer_len={max_answer_len}; raise max_answer_len")
+        raise ValueError(
+            f"{where}: answer {example['answer']!r} is {len(answer_bytes)} bytes, "
+            f"more than max_answer_len={max_answer_len}; raise max_answer_len"
+        )
     answer = np.zeros(max_answer_len, np.uint8)
-    answer[:len(answer_bytes)] = np.frombuffer(answer_bytes, np.uint8)
+    answer[: len(answer_bytes)] = np.frombuffer(answer_bytes, np.uint8)
     return {
         "prompt_tokens": tokens,
         "prompt_mask": mask,
@@ -92,20 +105,28 @@ def _prompt_example(index: int, *, task: Task, split: str, tokenizer: Tokenizer,
     }
 
 
-def _sft_example(index: int, *, task: Task, split: str, tokenizer: Tokenizer,
-                 max_prompt_len: int, max_completion_len: int) -> dict[str, np.ndarray]:
+def _sft_example(
+    index: int,
+    *,
+    task: Task,
+    split: str,
+    tokenizer: Tokenizer,
+    max_prompt_len: int,
+    max_completion_len: int,
+) -> dict[str, np.ndarray]:
     """One SFT example (see `sft_dataset`)."""
     example = task.example(int(index), split)
     where = f"{split} example {index}"
-    prompt_tokens, prompt_mask = _encode_prompt(tokenizer, example["prompt"], max_prompt_len,
-                                                where)
+    prompt_tokens, prompt_mask = _encode_prompt(tokenizer, example["prompt"], max_prompt_len, where)
     target = task.sft_target(example["answer"])
     ids = tokenizer.encode(target, add_eos=True)
     if len(ids) > max_completion_len:
-        raise ValueError(f"{where}: SFT target {target!r} plus EOS is {len(ids)} tokens, more "
-                         f"than max_completion_len={max_completion_len}; raise max_completion_len")
+        raise ValueError(
+            f"{where}: SFT target {target!r} plus EOS is {len(ids)} tokens, more "
+            f"than max_completion_len={max_completion_len}; raise max_completion_len"
+        )
     completion_tokens = np.full(max_completion_len, tokenizer.pad_id, np.int32)
-    completion_tokens[:len(ids)] = ids
+    completion_tokens[: len(ids)] = ids
     completion_mask = np.arange(max_completion_len) < len(ids)
     return {
         "prompt_tokens": prompt_tokens,
@@ -147,12 +168,20 @@ def prompt_dataset(
       index, which names the problem). Overlong prompts or answers raise ValueError when read.
     """
     if max_prompt_len < 1 or max_answer_len < 1:
-        raise ValueError(f"max_prompt_len={max_prompt_len} and max_answer_len={max_answer_len} "
-                         "must be positive")
+        raise ValueError(
+            f"max_prompt_len={max_prompt_len} and max_answer_len={max_answer_len} must be positive"
+        )
     indices = _task_indices(task, split, seed, num_examples, shard_index, shard_count)
-    return indices.map(functools.partial(
-        _prompt_example, task=task, split=split, tokenizer=tokenizer,
-        max_prompt_len=max_prompt_len, max_answer_len=max_answer_len))
+    return indices.map(
+        functools.partial(
+            _prompt_example,
+            task=task,
+            split=split,
+            tokenizer=tokenizer,
+            max_prompt_len=max_prompt_len,
+            max_answer_len=max_answer_len,
+        )
+    )
 
 
 def sft_dataset(
@@ -179,12 +208,21 @@ def sft_dataset(
       j is predicted by the state at position P - 1 + j.
     """
     if max_prompt_len < 1 or max_completion_len < 1:
-        raise ValueError(f"max_prompt_len={max_prompt_len} and max_completion_len="
-                         f"{max_completion_len} must be positive")
+        raise ValueError(
+            f"max_prompt_len={max_prompt_len} and max_completion_len="
+            f"{max_completion_len} must be positive"
+        )
     indices = _task_indices(task, split, seed, num_examples, shard_index, shard_count)
-    return indices.map(functools.partial(
-        _sft_example, task=task, split=split, tokenizer=tokenizer,
-        max_prompt_len=max_prompt_len, max_completion_len=max_completion_len))
+    return indices.map(
+        functools.partial(
+            _sft_example,
+            task=task,
+            split=split,
+            tokenizer=tokenizer,
+            max_prompt_len=max_prompt_len,
+            max_completion_len=max_completion_len,
+        )
+    )
 
 
 def prompt_batches(
@@ -204,9 +242,11 @@ def prompt_batches(
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be positive")
     if len(dataset) < batch_size:
-        raise ValueError(f"the dataset has {len(dataset)} examples, fewer than batch_size="
-                         f"{batch_size}, so it yields no batch; lower batch_size or use more "
-                         "examples (or fewer shards)")
+        raise ValueError(
+            f"the dataset has {len(dataset)} examples, fewer than batch_size="
+            f"{batch_size}, so it yields no batch; lower batch_size or use more "
+            "examples (or fewer shards)"
+        )
     if num_epochs is not None and num_epochs < 1:
         raise ValueError(f"num_epochs={num_epochs} must be positive, or None to repeat forever")
     batched = dataset.repeat(num_epochs).batch(batch_size, drop_remainder=True)
@@ -228,9 +268,17 @@ def sft_batches(
     shard_count: int | None = None,
 ) -> grain.DatasetIterator:
     """Batches of `sft_dataset(...)`: fields [B, P] and [B, C]; see `prompt_batches`."""
-    dataset = sft_dataset(task, split, tokenizer, max_prompt_len, max_completion_len, seed,
-                          num_examples=num_examples, shard_index=shard_index,
-                          shard_count=shard_count)
+    dataset = sft_dataset(
+        task,
+        split,
+        tokenizer,
+        max_prompt_len,
+        max_completion_len,
+        seed,
+        num_examples=num_examples,
+        shard_index=shard_index,
+        shard_count=shard_count,
+    )
     return prompt_batches(dataset, batch_size, num_epochs)
 
 

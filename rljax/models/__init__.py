@@ -3,8 +3,15 @@
 from rljax.models.config import TransformerConfig
 from rljax.models.hf import config_from_hf, load_hf_checkpoint, save_hf_checkpoint
 from rljax.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, encode_prompts
-from rljax.models.transformer import (KVCache, Transformer, abstract_model, create_model, forward,
-                                      init_cache, positions_from_mask)
+from rljax.models.transformer import (
+    KVCache,
+    Transformer,
+    abstract_model,
+    create_model,
+    forward,
+    init_cache,
+    positions_from_mask,
+)
 
 __all__ = [
     "TransformerConfig",

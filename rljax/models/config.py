@@ -57,23 +57,30 @@ class TransformerConfig:
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}: "
-                "grouped-query attention shares each kv head among n_heads // n_kv_heads query heads")
+                "grouped-query attention shares each kv head among n_heads // n_kv_heads "
+                "query heads"
+            )
         if self.head_dim is None and self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
-                              "set head_dim explicitly")
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                "set head_dim explicitly"
+            )
         if self.resolved_head_dim % 2:
             raise ValueError(f"head_dim={self.resolved_head_dim} must be even for RoPE")
         for name in ("dtype", "param_dtype"):
             if getattr(self, name) not in _DTYPES:
                 raise ValueError(
-                    f"TransformerConfig.{name}={getattr(self, name)!r}; use one of {list(_DTYPES)}")
+                    f"TransformerConfig.{name}={getattr(self, name)!r}; use one of {list(_DTYPES)}"
+                )
         if isinstance(self.rope_scaling, dict):  # stored as sorted pairs so the config hashes
             object.__setattr__(self, "rope_scaling", tuple(sorted(self.rope_scaling.items())))
         if self.rope_scaling is not None:
             scaling = self.rope_scaling_dict
             kind = scaling.get("rope_type", scaling.get("type"))
             if kind not in _ROPE_TYPES:
-                raise ValueError(f"rope_scaling type {kind!r} is not supported; supported: {_ROPE_TYPES}")
+                raise ValueError(
+                    f"rope_scaling type {kind!r} is not supported; supported: {_ROPE_TYPES}"
+                )
 
     @property
     def resolved_head_dim(self) -> int:

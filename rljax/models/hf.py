@@ -47,8 +47,10 @@ def _rope_from_hf(hf: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
     if not isinstance(params, dict):
         raise ValueError(f"rope_parameters/rope_scaling must be a dict, got {params!r}")
     if params and all(isinstance(v, dict) for v in params.values()):
-        raise ValueError("per-layer-type rope_parameters are not supported by Llama/Qwen2 loading; "
-                         f"got keys {sorted(params)}")
+        raise ValueError(
+            "per-layer-type rope_parameters are not supported by Llama/Qwen2 loading; "
+            f"got keys {sorted(params)}"
+        )
     theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
     if params.get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0)) != 1.0:
         raise ValueError("partial_rotary_factor != 1 is not supported: rljax rotates the full head")
@@ -76,22 +78,28 @@ def config_from_hf(hf_config: dict[str, Any]) -> TransformerConfig:
         by_arch = {arch: mt for mt, arch in _ARCHITECTURES.items()}
         model_type = next((by_arch[a] for a in hf.get("architectures") or [] if a in by_arch), None)
     if model_type not in _ARCHITECTURES:
-        raise ValueError(f"model_type {model_type!r} (architectures {hf.get('architectures')}) is not "
-                         f"supported; supported model types: {sorted(_ARCHITECTURES)} "
-                         f"({sorted(_ARCHITECTURES.values())})")
+        raise ValueError(
+            f"model_type {model_type!r} (architectures {hf.get('architectures')}) is not "
+            f"supported; supported model types: {sorted(_ARCHITECTURES)} "
+            f"({sorted(_ARCHITECTURES.values())})"
+        )
     archs = hf.get("architectures")
     if archs and _ARCHITECTURES[model_type] not in archs:
-        raise ValueError(f"architectures {archs} are not supported for model_type {model_type!r}; "
-                         f"rljax loads only {_ARCHITECTURES[model_type]}")
+        raise ValueError(
+            f"architectures {archs} are not supported for model_type {model_type!r}; "
+            f"rljax loads only {_ARCHITECTURES[model_type]}"
+        )
     act = hf.get("hidden_act", "silu")
     if act != "silu":
         raise ValueError(f"hidden_act={act!r} is not supported: rljax's MLP is SwiGLU with silu")
     if hf.get("mlp_bias", False):
         raise ValueError("mlp_bias=True is not supported: rljax's MLP has no biases")
     if hf.get("use_sliding_window", False) or "sliding_attention" in (hf.get("layer_types") or []):
-        raise ValueError("sliding-window attention (use_sliding_window=True) is not supported; "
-                         "set use_sliding_window=false in config.json if the window exceeds "
-                         "every sequence you will run")
+        raise ValueError(
+            "sliding-window attention (use_sliding_window=True) is not supported; "
+            "set use_sliding_window=false in config.json if the window exceeds "
+            "every sequence you will run"
+        )
     if model_type == "qwen2":
         qkv_bias, o_bias = True, False
     else:
@@ -126,14 +134,21 @@ def config_to_hf(config: TransformerConfig, model_type: str = "qwen2") -> dict[s
     if model_type not in _ARCHITECTURES:
         raise ValueError(f"model_type={model_type!r}; use one of {sorted(_ARCHITECTURES)}")
     if model_type == "qwen2" and (not config.qkv_bias or config.o_bias):
-        raise ValueError("Qwen2 always has q/k/v biases and no output bias, but this config has "
-                         f"qkv_bias={config.qkv_bias}, o_bias={config.o_bias}; "
-                         "save it with model_type='llama'")
+        raise ValueError(
+            "Qwen2 always has q/k/v biases and no output bias, but this config has "
+            f"qkv_bias={config.qkv_bias}, o_bias={config.o_bias}; "
+            "save it with model_type='llama'"
+        )
     if model_type == "llama" and config.qkv_bias != config.o_bias:
-        raise ValueError("Llama's attention_bias sets q/k/v and output biases together, but this "
-                         f"config has qkv_bias={config.qkv_bias}, o_bias={config.o_bias}; "
-                         + ("save it with model_type='qwen2'" if config.qkv_bias else
-                            "Llama/Qwen2 cannot express it"))
+        raise ValueError(
+            "Llama's attention_bias sets q/k/v and output biases together, but this "
+            f"config has qkv_bias={config.qkv_bias}, o_bias={config.o_bias}; "
+            + (
+                "save it with model_type='qwen2'"
+                if config.qkv_bias
+                else "Llama/Qwen2 cannot express it"
+            )
+        )
     scaling = config.rope_scaling_dict
     rope_parameters = {"rope_type": "default", **(scaling or {}), "rope_theta": config.rope_theta}
     hf = {
@@ -196,41 +211,88 @@ def _specs(config: TransformerConfig) -> list[_Spec]:
     d, f, v = config.d_model, config.d_ff, config.vocab_size
     h, k, hd = config.n_heads, config.n_kv_heads, config.resolved_head_dim
     same = (lambda w: w), (lambda p: p)
-    specs = [_Spec("model.embed_tokens.weight", ("embed",), (v, d), *same),
-             _Spec("model.norm.weight", ("final_norm", "weight"), (d,), *same)]
+    specs = [
+        _Spec("model.embed_tokens.weight", ("embed",), (v, d), *same),
+        _Spec("model.norm.weight", ("final_norm", "weight"), (d,), *same),
+    ]
     if not config.tie_embeddings:
         specs.append(_Spec("lm_head.weight", ("lm_head",), (v, d), *_linear((d, v))))
     for i in range(config.n_layers):
         pre = f"model.layers.{i}."
         attn = pre + "self_attn."
         specs += [
-            _Spec(attn + "q_proj.weight", ("layers", i, "attn", "q_proj"), (h * hd, d),
-                  *_linear((d, h, hd))),
-            _Spec(attn + "k_proj.weight", ("layers", i, "attn", "k_proj"), (k * hd, d),
-                  *_linear((d, k, hd))),
-            _Spec(attn + "v_proj.weight", ("layers", i, "attn", "v_proj"), (k * hd, d),
-                  *_linear((d, k, hd))),
-            _Spec(attn + "o_proj.weight", ("layers", i, "attn", "o_proj"), (d, h * hd),
-                  *_linear_in_split((h, hd, d))),
-            _Spec(pre + "mlp.gate_proj.weight", ("layers", i, "mlp", "gate_proj"), (f, d),
-                  *_linear((d, f))),
-            _Spec(pre + "mlp.up_proj.weight", ("layers", i, "mlp", "up_proj"), (f, d),
-                  *_linear((d, f))),
-            _Spec(pre + "mlp.down_proj.weight", ("layers", i, "mlp", "down_proj"), (d, f),
-                  *_linear_in_split((f, d))),
-            _Spec(pre + "input_layernorm.weight", ("layers", i, "attn_norm", "weight"), (d,),
-                  *same),
-            _Spec(pre + "post_attention_layernorm.weight", ("layers", i, "mlp_norm", "weight"),
-                  (d,), *same),
+            _Spec(
+                attn + "q_proj.weight",
+                ("layers", i, "attn", "q_proj"),
+                (h * hd, d),
+                *_linear((d, h, hd)),
+            ),
+            _Spec(
+                attn + "k_proj.weight",
+                ("layers", i, "attn", "k_proj"),
+                (k * hd, d),
+                *_linear((d, k, hd)),
+            ),
+            _Spec(
+                attn + "v_proj.weight",
+                ("layers", i, "attn", "v_proj"),
+                (k * hd, d),
+                *_linear((d, k, hd)),
+            ),
+            _Spec(
+                attn + "o_proj.weight",
+                ("layers", i, "attn", "o_proj"),
+                (d, h * hd),
+                *_linear_in_split((h, hd, d)),
+            ),
+            _Spec(
+                pre + "mlp.gate_proj.weight",
+                ("layers", i, "mlp", "gate_proj"),
+                (f, d),
+                *_linear((d, f)),
+            ),
+            _Spec(
+                pre + "mlp.up_proj.weight",
+                ("layers", i, "mlp", "up_proj"),
+                (f, d),
+                *_linear((d, f)),
+            ),
+            _Spec(
+                pre + "mlp.down_proj.weight",
+                ("layers", i, "mlp", "down_proj"),
+                (d, f),
+                *_linear_in_split((f, d)),
+            ),
+            _Spec(
+                pre + "input_layernorm.weight", ("layers", i, "attn_norm", "weight"), (d,), *same
+            ),
+            _Spec(
+                pre + "post_attention_layernorm.weight",
+                ("layers", i, "mlp_norm", "weight"),
+                (d,),
+                *same,
+            ),
         ]
         if config.qkv_bias:
             specs += [
-                _Spec(attn + "q_proj.bias", ("layers", i, "attn", "q_bias"), (h * hd,),
-                      *_reshape((h, hd))),
-                _Spec(attn + "k_proj.bias", ("layers", i, "attn", "k_bias"), (k * hd,),
-                      *_reshape((k, hd))),
-                _Spec(attn + "v_proj.bias", ("layers", i, "attn", "v_bias"), (k * hd,),
-                      *_reshape((k, hd))),
+                _Spec(
+                    attn + "q_proj.bias",
+                    ("layers", i, "attn", "q_bias"),
+                    (h * hd,),
+                    *_reshape((h, hd)),
+                ),
+                _Spec(
+                    attn + "k_proj.bias",
+                    ("layers", i, "attn", "k_bias"),
+                    (k * hd,),
+                    *_reshape((k, hd)),
+                ),
+                _Spec(
+                    attn + "v_proj.bias",
+                    ("layers", i, "attn", "v_bias"),
+                    (k * hd,),
+                    *_reshape((k, hd)),
+                ),
             ]
         if config.o_bias:
             specs.append(_Spec(attn + "o_proj.bias", ("layers", i, "attn", "o_bias"), (d,), *same))
@@ -239,7 +301,9 @@ def _specs(config: TransformerConfig) -> list[_Spec]:
 
 def _ignorable(name: str, config: TransformerConfig) -> bool:
     """Tensors a checkpoint may carry that we do not need (recomputed buffers, a tied head)."""
-    return name.endswith("rotary_emb.inv_freq") or (config.tie_embeddings and name == "lm_head.weight")
+    return name.endswith("rotary_emb.inv_freq") or (
+        config.tie_embeddings and name == "lm_head.weight"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -260,12 +324,15 @@ def _weight_files(path: str) -> list[str]:
         files = [os.path.join(path, name) for name in sorted(set(weight_map.values()))]
         missing = [f for f in files if not os.path.isfile(f)]
         if missing:
-            raise FileNotFoundError(f"{index} lists shard files that do not exist: {missing}; "
-                                    "copy the complete checkpoint directory")
+            raise FileNotFoundError(
+                f"{index} lists shard files that do not exist: {missing}; "
+                "copy the complete checkpoint directory"
+            )
         return files
     raise FileNotFoundError(
         f"no weights in {path}: expected {_SINGLE_FILE} or {_INDEX_FILE} (safetensors). "
-        "Convert .bin/.pt checkpoints with transformers' save_pretrained(safe_serialization=True)")
+        "Convert .bin/.pt checkpoints with transformers' save_pretrained(safe_serialization=True)"
+    )
 
 
 def _read_tensors(files: list[str]) -> dict[str, np.ndarray]:
@@ -323,12 +390,16 @@ def load_hf_checkpoint(
     """
     path = os.fspath(path)
     if not os.path.isdir(path):
-        raise FileNotFoundError(f"checkpoint directory {path!r} does not exist; pass the local "
-                                "directory that holds config.json and model.safetensors")
+        raise FileNotFoundError(
+            f"checkpoint directory {path!r} does not exist; pass the local "
+            "directory that holds config.json and model.safetensors"
+        )
     config_file = os.path.join(path, "config.json")
     if not os.path.isfile(config_file):
-        raise FileNotFoundError(f"{config_file} not found; a Hugging Face checkpoint directory "
-                                "needs its config.json next to the safetensors weights")
+        raise FileNotFoundError(
+            f"{config_file} not found; a Hugging Face checkpoint directory "
+            "needs its config.json next to the safetensors weights"
+        )
     with open(config_file, encoding="utf-8") as fh:
         config = config_from_hf(json.load(fh)).replace(dtype=dtype, param_dtype=param_dtype)
     tensors = _read_tensors(_weight_files(path))
@@ -339,20 +410,26 @@ def load_hf_checkpoint(
     specs = _specs(config)
     missing = [s.hf_name for s in specs if s.hf_name not in tensors]
     if missing:
-        raise ValueError(f"checkpoint {path} lacks {len(missing)} tensor(s) this config needs, e.g. "
-                         f"{missing[:5]}; check that config.json matches the weights")
+        raise ValueError(
+            f"checkpoint {path} lacks {len(missing)} tensor(s) this config needs, e.g. "
+            f"{missing[:5]}; check that config.json matches the weights"
+        )
     for spec in specs:
         weight = tensors.pop(spec.hf_name)
         if tuple(weight.shape) != spec.hf_shape:
-            raise ValueError(f"tensor {spec.hf_name!r} has shape {tuple(weight.shape)}, expected "
-                             f"{spec.hf_shape} from config.json; check that config and weights match")
+            raise ValueError(
+                f"tensor {spec.hf_name!r} has shape {tuple(weight.shape)}, expected "
+                f"{spec.hf_shape} from config.json; check that config and weights match"
+            )
         value = np.ascontiguousarray(spec.to_ours(weight).astype(target))
         _set_path(pure, spec.path, jnp.asarray(value))
     extra = sorted(n for n in tensors if not _ignorable(n, config))
     if extra:
-        raise ValueError(f"checkpoint {path} has {len(extra)} tensor(s) that the model described by "
-                         f"its config.json does not use, e.g. {extra[:5]}; the weights probably "
-                         "belong to another architecture or config")
+        raise ValueError(
+            f"checkpoint {path} has {len(extra)} tensor(s) that the model described by "
+            f"its config.json does not use, e.g. {extra[:5]}; the weights probably "
+            "belong to another architecture or config"
+        )
     nnx.replace_by_pure_dict(params, pure)
     return config, graphdef, params
 
@@ -405,12 +482,16 @@ def save_hf_checkpoint(
         try:
             value = np.asarray(jax.device_get(_get_path(pure, spec.path)))
         except (KeyError, TypeError):
-            raise ValueError(f"params lack {'/'.join(map(str, spec.path))} (for {spec.hf_name}); "
-                             "pass params created for this config") from None
+            raise ValueError(
+                f"params lack {'/'.join(map(str, spec.path))} (for {spec.hf_name}); "
+                "pass params created for this config"
+            ) from None
         hf_value = np.ascontiguousarray(spec.to_hf(value))
         if hf_value.shape != spec.hf_shape:
-            raise ValueError(f"param {'/'.join(map(str, spec.path))} has shape {value.shape}, which "
-                             f"does not give {spec.hf_name} {spec.hf_shape}; pass params of this config")
+            raise ValueError(
+                f"param {'/'.join(map(str, spec.path))} has shape {value.shape}, which "
+                f"does not give {spec.hf_name} {spec.hf_shape}; pass params of this config"
+            )
         tensors[spec.hf_name] = hf_value
 
     os.makedirs(path, exist_ok=True)
@@ -431,7 +512,9 @@ def save_hf_checkpoint(
         name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
         safetensors.numpy.save_file(shard, os.path.join(path, name), metadata=metadata)
         weight_map.update({tensor: name for tensor in shard})
-    index = {"metadata": {"total_size": sum(t.nbytes for t in tensors.values())},
-             "weight_map": weight_map}
+    index = {
+        "metadata": {"total_size": sum(t.nbytes for t in tensors.values())},
+        "weight_map": weight_map,
+    }
     with open(os.path.join(path, _INDEX_FILE), "w", encoding="utf-8") as fh:
         json.dump(index, fh, indent=2, sort_keys=True)

@@ -60,7 +60,9 @@ class ByteTokenizer(Tokenizer):
                 run.append(i)
                 continue
             if i not in self._SPECIAL_NAMES:
-                raise ValueError(f"id {i} is outside ByteTokenizer's vocabulary [0, {self.vocab_size})")
+                raise ValueError(
+                    f"id {i} is outside ByteTokenizer's vocabulary [0, {self.vocab_size})"
+                )
             pieces.append(run.decode("utf-8", errors="replace"))
             run = bytearray()
             if not skip_special:
@@ -133,17 +135,22 @@ class HFTokenizer(Tokenizer):
 
         path = os.fspath(path)
         if not os.path.isdir(path):
-            raise FileNotFoundError(f"tokenizer directory {path!r} does not exist; pass the local "
-                                    "directory that holds tokenizer.json")
+            raise FileNotFoundError(
+                f"tokenizer directory {path!r} does not exist; pass the local "
+                "directory that holds tokenizer.json"
+            )
         file = os.path.join(path, "tokenizer.json")
         if not os.path.isfile(file):
             raise FileNotFoundError(
                 f"{file} not found; rljax loads only fast tokenizers (tokenizer.json). Convert a "
                 "slow (sentencepiece) tokenizer with transformers' AutoTokenizer.from_pretrained("
-                "..., use_fast=True).save_pretrained(dir)")
+                "..., use_fast=True).save_pretrained(dir)"
+            )
         tok = tokenizers.Tokenizer.from_file(file)
-        sources = [(_read_json(os.path.join(path, name)), name)
-                   for name in ("tokenizer_config.json", "special_tokens_map.json")]
+        sources = [
+            (_read_json(os.path.join(path, name)), name)
+            for name in ("tokenizer_config.json", "special_tokens_map.json")
+        ]
         model_config = _read_json(os.path.join(path, "config.json"))
 
         def resolve(kind: str) -> int | None:
@@ -155,8 +162,10 @@ class HFTokenizer(Tokenizer):
                     return None
                 token_id = tok.token_to_id(content)
                 if token_id is None:
-                    raise ValueError(f"{kind}_token {content!r} from {name} is not in the "
-                                     f"vocabulary of {file}; fix {name}")
+                    raise ValueError(
+                        f"{kind}_token {content!r} from {name} is not in the "
+                        f"vocabulary of {file}; fix {name}"
+                    )
                 return token_id
             token_id = model_config.get(f"{kind}_token_id")
             if isinstance(token_id, list):  # e.g. several EOS ids; the first is the primary one
@@ -165,9 +174,11 @@ class HFTokenizer(Tokenizer):
 
         eos_id = resolve("eos")
         if eos_id is None:
-            raise ValueError(f"no EOS token declared in {path}: set eos_token in "
-                             "tokenizer_config.json (or eos_token_id in config.json); the sampler "
-                             "stops on it")
+            raise ValueError(
+                f"no EOS token declared in {path}: set eos_token in "
+                "tokenizer_config.json (or eos_token_id in config.json); the sampler "
+                "stops on it"
+            )
         return cls(tok, bos_id=resolve("bos"), eos_id=eos_id, pad_id=resolve("pad"))
 
     def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
@@ -227,11 +238,13 @@ def encode_prompts(
         ids = tokenizer.encode(text, add_bos=add_bos)
         if len(ids) > max_len:
             if truncate is None:
-                raise ValueError(f"prompt {row} has {len(ids)} tokens, more than max_len={max_len}; "
-                                 "raise max_len or pass truncate='left'")
+                raise ValueError(
+                    f"prompt {row} has {len(ids)} tokens, more than max_len={max_len}; "
+                    "raise max_len or pass truncate='left'"
+                )
             has_bos = add_bos and tokenizer.bos_id is not None and ids[0] == tokenizer.bos_id
-            ids = ids[:1] + ids[len(ids) - max_len + 1:] if has_bos else ids[len(ids) - max_len:]
+            ids = ids[:1] + ids[len(ids) - max_len + 1 :] if has_bos else ids[len(ids) - max_len :]
         if ids:
-            tokens[row, max_len - len(ids):] = ids
-            mask[row, max_len - len(ids):] = True
+            tokens[row, max_len - len(ids) :] = ids
+            mask[row, max_len - len(ids) :] = True
     return tokens, mask

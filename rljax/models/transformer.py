@@ -214,8 +214,9 @@ class Transformer(nnx.Module):
         self.layers = nnx.List([Block(config, rngs=rngs) for _ in range(config.n_layers)])
         self.final_norm = RMSNorm(config.d_model, config.rms_eps, pd, rngs=rngs)
         if not config.tie_embeddings:
-            self.lm_head = _param(rngs, (config.d_model, config.vocab_size), ("embed", "vocab"), pd,
-                                  0.02)
+            self.lm_head = _param(
+                rngs, (config.d_model, config.vocab_size), ("embed", "vocab"), pd, 0.02
+            )
 
     def hidden_states(
         self,
@@ -263,8 +264,9 @@ class Transformer(nnx.Module):
         hidden = self.final_norm(x)
         if cache is None:
             return hidden, None
-        return hidden, KVCache(keys=tuple(new_keys), values=tuple(new_values), valid=k_valid,
-                               index=cache.index + t)
+        return hidden, KVCache(
+            keys=tuple(new_keys), values=tuple(new_values), valid=k_valid, index=cache.index + t
+        )
 
     def output_head(self) -> jax.Array:
         """The [d_model, vocab] output matrix in the compute dtype (the embedding when tied)."""
@@ -275,8 +277,9 @@ class Transformer(nnx.Module):
 
     def logits(self, hidden: jax.Array) -> jax.Array:
         """Float32 logits [..., vocab] from hidden states [..., d_model]."""
-        return jnp.einsum("...d,dv->...v", hidden, self.output_head(),
-                          preferred_element_type=jnp.float32)
+        return jnp.einsum(
+            "...d,dv->...v", hidden, self.output_head(), preferred_element_type=jnp.float32
+        )
 
     def __call__(self, tokens, positions, mask, cache=None):
         """Logits [B, T, V] (float32) and the updated cache; see `hidden_states`."""

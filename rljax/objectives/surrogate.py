@@ -18,70 +18,73 @@ def ppo_clip(
     aggregation: str = "token-mean",
     max_len: int | None = None,
 ) -> Objective:
-  """PPO clipped surrogate (Schulman et al. 2017, arXiv 1707.06347).
+    """PPO clipped surrogate (Schulman et al. 2017, arXiv 1707.06347).
 
-  With r = exp(new_logprobs - batch.old_logprobs) and A = batch.advantages,
-  per token:
-    loss = -min(r*A, clip(r, 1 - eps_low, 1 + eps_high)*A).
-  `eps_high > eps_low` is DAPO's clip-higher (Yu et al. 2025, arXiv 2503.14476).
-  Dual clip (Ye et al. 2020, "Mastering Complex Control in MOBA Games with
-  Deep Reinforcement Learning", arXiv 1912.09729) also bounds the loss of
-  A < 0 tokens: loss = min(loss, -c*A). The log-ratio is clamped to
-  [-20, 20] before exp. The loss is aggregated with `batch.loss_weights`.
+    With r = exp(new_logprobs - batch.old_logprobs) and A = batch.advantages,
+    per token:
+      loss = -min(r*A, clip(r, 1 - eps_low, 1 + eps_high)*A).
+    `eps_high > eps_low` is DAPO's clip-higher (Yu et al. 2025, arXiv 2503.14476).
+    Dual clip (Ye et al. 2020, "Mastering Complex Control in MOBA Games with
+    Deep Reinforcement Learning", arXiv 1912.09729) also bounds the loss of
+    A < 0 tokens: loss = min(loss, -c*A). The log-ratio is clamped to
+    [-20, 20] before exp. The loss is aggregated with `batch.loss_weights`.
 
-  Metrics, token means over valid (`batch.completion_mask`) tokens:
-    "pg/loss": the aggregated loss.
-    "pg/clip_frac": fraction of tokens where the clipped term is taken (zero gradient).
-    "pg/dual_clip_frac": fraction where the dual bound is taken (only with dual clip).
-    "pg/ratio_mean", "pg/ratio_max": of r.
-    "pg/approx_kl": k3 estimate of KL(old || new), mean of r - 1 - log r.
+    Metrics, token means over valid (`batch.completion_mask`) tokens:
+      "pg/loss": the aggregated loss.
+      "pg/clip_frac": fraction of tokens where the clipped term is taken (zero gradient).
+      "pg/dual_clip_frac": fraction where the dual bound is taken (only with dual clip).
+      "pg/ratio_mean", "pg/ratio_max": of r.
+      "pg/approx_kl": k3 estimate of KL(old || new), mean of r - 1 - log r.
 
-  Args:
-    eps_low: lower clip range, r >= 1 - eps_low; in [0, 1).
-    eps_high: upper clip range, r <= 1 + eps_high; >= 0.
-    dual_clip_c: dual-clip constant c > 1, or None for no dual clip.
-    aggregation: loss aggregation mode (see `rljax.core.aggregation.aggregate`).
-    max_len: normaliser for "seq-mean-token-sum-norm".
+    Args:
+      eps_low: lower clip range, r >= 1 - eps_low; in [0, 1).
+      eps_high: upper clip range, r <= 1 + eps_high; >= 0.
+      dual_clip_c: dual-clip constant c > 1, or None for no dual clip.
+      aggregation: loss aggregation mode (see `rljax.core.aggregation.aggregate`).
+      max_len: normaliser for "seq-mean-token-sum-norm".
 
-  Returns:
-    An `Objective`.
+    Returns:
+      An `Objective`.
 
-  Raises:
-    ValueError: for out-of-range clip parameters or an invalid aggregation.
-  """
-  if not 0.0 <= eps_low < 1.0:
-    raise ValueError(f"eps_low={eps_low} must be in [0, 1) so that 1 - eps_low > 0")
-  if eps_high < 0.0:
-    raise ValueError(f"eps_high={eps_high} must be >= 0")
-  if dual_clip_c is not None and dual_clip_c <= 1.0:
-    raise ValueError(f"dual_clip_c={dual_clip_c} must be > 1 (Ye et al. 2020), or None")
-  check_aggregation_mode(aggregation, max_len)
+    Raises:
+      ValueError: for out-of-range clip parameters or an invalid aggregation.
+    """
+    if not 0.0 <= eps_low < 1.0:
+        raise ValueError(f"eps_low={eps_low} must be in [0, 1) so that 1 - eps_low > 0")
+    if eps_high < 0.0:
+        raise ValueError(f"eps_high={eps_high} must be >= 0")
+    if dual_clip_c is not None and dual_clip_c <= 1.0:
+        raise ValueError(f"dual_clip_c={dual_clip_c} must be > 1 (Ye et al. 2020), or None")
+    check_aggregation_mode(aggregation, max_len)
 
-  def objective(new_logprobs: jax.Array, new_entropy: jax.Array, batch: Batch):
-    del new_entropy
-    adv = batch.advantages
-    log_ratio = jnp.clip(new_logprobs - batch.old_logprobs, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-    ratio = jnp.exp(log_ratio)
-    unclipped = -adv * ratio
-    clipped = -adv * jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
-    per_token = jnp.maximum(unclipped, clipped)
-    valid = batch.completion_mask.astype(jnp.float32)
+    def objective(new_logprobs: jax.Array, new_entropy: jax.Array, batch: Batch):
+        del new_entropy
+        adv = batch.advantages
+        log_ratio = jnp.clip(new_logprobs - batch.old_logprobs, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+        ratio = jnp.exp(log_ratio)
+        unclipped = -adv * ratio
+        clipped = -adv * jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
+        per_token = jnp.maximum(unclipped, clipped)
+        valid = batch.completion_mask.astype(jnp.float32)
 
-    def mean(x):
-      return aggregate(x.astype(jnp.float32), valid, "token-mean")
+        def mean(x):
+            return aggregate(x.astype(jnp.float32), valid, "token-mean")
 
-    metrics = {"pg/clip_frac": mean(clipped > unclipped)}
-    if dual_clip_c is not None:
-      bound = -dual_clip_c * adv
-      dual_active = (adv < 0) & (per_token > bound)
-      per_token = jnp.where(dual_active, bound, per_token)
-      metrics["pg/dual_clip_frac"] = mean(dual_active)
-    loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
-    metrics["pg/loss"] = loss
-    metrics["pg/ratio_mean"] = mean(ratio)
-    metrics["pg/ratio_max"] = jnp.where(
-        batch.completion_mask.any(), jnp.where(batch.completion_mask, ratio, -jnp.inf).max(), 0.0)
-    metrics["pg/approx_kl"] = mean(ratio - 1.0 - log_ratio)
-    return loss, metrics
+        metrics = {"pg/clip_frac": mean(clipped > unclipped)}
+        if dual_clip_c is not None:
+            bound = -dual_clip_c * adv
+            dual_active = (adv < 0) & (per_token > bound)
+            per_token = jnp.where(dual_active, bound, per_token)
+            metrics["pg/dual_clip_frac"] = mean(dual_active)
+        loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
+        metrics["pg/loss"] = loss
+        metrics["pg/ratio_mean"] = mean(ratio)
+        metrics["pg/ratio_max"] = jnp.where(
+            batch.completion_mask.any(),
+            jnp.where(batch.completion_mask, ratio, -jnp.inf).max(),
+            0.0,
+        )
+        metrics["pg/approx_kl"] = mean(ratio - 1.0 - log_ratio)
+        return loss, metrics
 
-  return objective
+    return objective

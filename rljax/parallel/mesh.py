@@ -12,8 +12,9 @@ from jax.sharding import Mesh
 MESH_AXES = ("data", "fsdp", "tensor")
 
 
-def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1,
-              devices: Sequence[jax.Device] | None = None) -> Mesh:
+def make_mesh(
+    data: int = 1, fsdp: int = 1, tensor: int = 1, devices: Sequence[jax.Device] | None = None
+) -> Mesh:
     """A Mesh with axes ("data", "fsdp", "tensor").
 
     One of the sizes may be -1: it takes whatever the device count leaves. `tensor` is the
@@ -34,12 +35,15 @@ def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1,
     if -1 in sizes:
         rest = math.prod(s for s in sizes if s != -1)
         if len(devices) % rest:
-            raise ValueError(f"mesh sizes {dict(zip(MESH_AXES, sizes))}: {len(devices)} devices "
-                             f"are not divisible by {rest}")
+            raise ValueError(
+                f"mesh sizes {dict(zip(MESH_AXES, sizes))}: {len(devices)} devices "
+                f"are not divisible by {rest}"
+            )
         sizes[sizes.index(-1)] = len(devices) // rest
     if math.prod(sizes) != len(devices):
         raise ValueError(
             f"mesh data={sizes[0]} x fsdp={sizes[1]} x tensor={sizes[2]} = {math.prod(sizes)} "
             f"devices, but {len(devices)} are available; set the sizes so their product is "
-            f"{len(devices)} (one of them may be -1)")
+            f"{len(devices)} (one of them may be -1)"
+        )
     return Mesh(np.asarray(devices).reshape(sizes), MESH_AXES)

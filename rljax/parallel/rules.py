@@ -36,8 +36,12 @@ def _axis_size(mesh: Mesh, axes: MeshAxes) -> int:
     return math.prod(mesh.shape[n] for n in names)
 
 
-def logical_to_spec(logical: tuple[str | None, ...], shape: tuple[int, ...], mesh: Mesh,
-                    rules: Mapping[str, MeshAxes] = DEFAULT_RULES) -> PartitionSpec:
+def logical_to_spec(
+    logical: tuple[str | None, ...],
+    shape: tuple[int, ...],
+    mesh: Mesh,
+    rules: Mapping[str, MeshAxes] = DEFAULT_RULES,
+) -> PartitionSpec:
     """PartitionSpec for an array of `shape` whose dimensions have the given logical names."""
     if len(logical) != len(shape):
         raise ValueError(f"logical axes {logical} do not match shape {shape}")
@@ -55,17 +59,22 @@ def logical_to_spec(logical: tuple[str | None, ...], shape: tuple[int, ...], mes
     return PartitionSpec(*spec)
 
 
-def param_shardings(params: nnx.State, mesh: Mesh,
-                    rules: Mapping[str, MeshAxes] = DEFAULT_RULES) -> nnx.State:
+def param_shardings(
+    params: nnx.State, mesh: Mesh, rules: Mapping[str, MeshAxes] = DEFAULT_RULES
+) -> nnx.State:
     """A pytree like `params` whose leaves are the NamedShardings of each parameter."""
     logical = nnx.get_partition_spec(params)
     return jax.tree.map(
         lambda spec, x: NamedSharding(mesh, logical_to_spec(tuple(spec), x.shape, mesh, rules)),
-        logical, params, is_leaf=lambda s: isinstance(s, PartitionSpec))
+        logical,
+        params,
+        is_leaf=lambda s: isinstance(s, PartitionSpec),
+    )
 
 
-def batch_sharding(mesh: Mesh, ndim: int,
-                   rules: Mapping[str, MeshAxes] = DEFAULT_RULES) -> NamedSharding:
+def batch_sharding(
+    mesh: Mesh, ndim: int, rules: Mapping[str, MeshAxes] = DEFAULT_RULES
+) -> NamedSharding:
     """Sharding of an [B, ...] array with `ndim` dims: B split over the "batch" mesh axes."""
     return NamedSharding(mesh, PartitionSpec(rules["batch"], *([None] * (ndim - 1))))
 
@@ -75,8 +84,9 @@ def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 
 
-def shard_params(params: nnx.State, mesh: Mesh,
-                 rules: Mapping[str, MeshAxes] = DEFAULT_RULES) -> nnx.State:
+def shard_params(
+    params: nnx.State, mesh: Mesh, rules: Mapping[str, MeshAxes] = DEFAULT_RULES
+) -> nnx.State:
     """Places each parameter on the mesh according to the rules."""
     return jax.device_put(params, param_shardings(params, mesh, rules))
 
@@ -87,6 +97,7 @@ def mesh_shardings(tree, mesh: Mesh):
     Optimizer states and scalars created outside a sharded computation live on one device;
     jitted steps need every input on the same mesh. Use with `jax.device_put(tree, result)`.
     """
+
     def on_mesh(x):
         sharding = getattr(x, "sharding", None)
         if isinstance(sharding, NamedSharding) and sharding.mesh == mesh:

@@ -34,8 +34,9 @@ _REASONS = {
 _log = logging.getLogger(__name__)
 
 
-def _score_one(reward_fn: RewardFn, prompt: str, completion: str, answer: str,
-               timeout_s: float | None) -> tuple[float, str | None, str]:
+def _score_one(
+    reward_fn: RewardFn, prompt: str, completion: str, answer: str, timeout_s: float | None
+) -> tuple[float, str | None, str]:
     """(reward, failure kind or None, detail for the log) of one call."""
     start = time.perf_counter()
     try:
@@ -71,8 +72,10 @@ def score_completions(
       failures: count of failed calls per kind, every kind of `FAILURE_KINDS` present.
     """
     if not len(prompts) == len(completions) == len(answers):
-        raise ValueError(f"got {len(prompts)} prompts, {len(completions)} completions and "
-                         f"{len(answers)} answers; pass one of each per sample")
+        raise ValueError(
+            f"got {len(prompts)} prompts, {len(completions)} completions and "
+            f"{len(answers)} answers; pass one of each per sample"
+        )
     if timeout_s is not None and timeout_s <= 0:
         raise ValueError(f"timeout_s={timeout_s} must be positive, or None for no limit")
     rewards = np.zeros(len(prompts), np.float32)
@@ -84,6 +87,11 @@ def score_completions(
             failures[kind] += 1
             first.setdefault(kind, f"sample {i}: {detail}")
     for kind, detail in first.items():
-        _log.warning("%s on %d of %d samples, which got reward 0 (first, %s)",
-                     _REASONS[kind], failures[kind], len(prompts), detail)
+        _log.warning(
+            "%s on %d of %d samples, which got reward 0 (first, %s)",
+            _REASONS[kind],
+            failures[kind],
+            len(prompts),
+            detail,
+        )
     return rewards, failures

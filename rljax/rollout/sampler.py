@@ -45,7 +45,8 @@ class Rollout:
 
 @functools.partial(
     jax.jit,
-    static_argnames=("graphdef", "max_new_tokens", "eos_id", "pad_id", "n_samples", "sampling"))
+    static_argnames=("graphdef", "max_new_tokens", "eos_id", "pad_id", "n_samples", "sampling"),
+)
 def generate(
     graphdef: nnx.GraphDef,
     params: nnx.State,
@@ -91,11 +92,17 @@ def generate(
 
     shape = (rows, max_new_tokens)
     init = dict(
-        t=jnp.zeros((), jnp.int32), cache=cache, logits=logits,
-        position=positions[:, -1] + 1, done=jnp.zeros((rows,), bool), rng=rng,
-        tokens=jnp.full(shape, pad_id, jnp.int32), mask=jnp.zeros(shape, bool),
+        t=jnp.zeros((), jnp.int32),
+        cache=cache,
+        logits=logits,
+        position=positions[:, -1] + 1,
+        done=jnp.zeros((rows,), bool),
+        rng=rng,
+        tokens=jnp.full(shape, pad_id, jnp.int32),
+        mask=jnp.zeros(shape, bool),
         sampling_logprobs=jnp.zeros(shape, jnp.float32),
-        policy_logprobs=jnp.zeros(shape, jnp.float32))
+        policy_logprobs=jnp.zeros(shape, jnp.float32),
+    )
 
     def cond(carry):
         return (carry["t"] < max_new_tokens) & ~jnp.all(carry["done"])
@@ -107,17 +114,28 @@ def generate(
         token = jnp.where(live, token, pad_id)
         write = lambda buf, col: jax.lax.dynamic_update_slice(buf, col[:, None], (0, t))  # noqa
         hidden, cache = model.hidden_states(
-            token[:, None], carry["position"][:, None], live[:, None], carry["cache"])
+            token[:, None], carry["position"][:, None], live[:, None], carry["cache"]
+        )
         return dict(
-            t=t + 1, cache=cache, logits=model.logits(hidden[:, 0]),
-            position=carry["position"] + 1, done=carry["done"] | (token == eos_id), rng=rng,
-            tokens=write(carry["tokens"], token), mask=write(carry["mask"], live),
-            sampling_logprobs=write(carry["sampling_logprobs"], jnp.where(live, sampling_lp, 0.)),
-            policy_logprobs=write(carry["policy_logprobs"], jnp.where(live, policy_lp, 0.)))
+            t=t + 1,
+            cache=cache,
+            logits=model.logits(hidden[:, 0]),
+            position=carry["position"] + 1,
+            done=carry["done"] | (token == eos_id),
+            rng=rng,
+            tokens=write(carry["tokens"], token),
+            mask=write(carry["mask"], live),
+            sampling_logprobs=write(carry["sampling_logprobs"], jnp.where(live, sampling_lp, 0.0)),
+            policy_logprobs=write(carry["policy_logprobs"], jnp.where(live, policy_lp, 0.0)),
+        )
 
     out = jax.lax.while_loop(cond, body, init)
     return Rollout(
-        prompt_tokens=prompt_tokens, prompt_mask=prompt_mask,
-        completion_tokens=out["tokens"], completion_mask=out["mask"],
-        sampling_logprobs=out["sampling_logprobs"], policy_logprobs=out["policy_logprobs"],
-        group_id=jnp.arange(rows, dtype=jnp.int32) // n_samples)
+        prompt_tokens=prompt_tokens,
+        prompt_mask=prompt_mask,
+        completion_tokens=out["tokens"],
+        completion_mask=out["mask"],
+        sampling_logprobs=out["sampling_logprobs"],
+        policy_logprobs=out["policy_logprobs"],
+        group_id=jnp.arange(rows, dtype=jnp.int32) // n_samples,
+    )

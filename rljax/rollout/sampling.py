@@ -29,7 +29,9 @@ class SamplingParams:
 
     def __post_init__(self):
         if not self.greedy and self.temperature <= 0:
-            raise ValueError(f"temperature={self.temperature} must be > 0; use greedy=True for argmax")
+            raise ValueError(
+                f"temperature={self.temperature} must be > 0; use greedy=True for argmax"
+            )
         if self.top_k < 0:
             raise ValueError(f"top_k={self.top_k} must be >= 0 (0 disables it)")
         if not 0.0 < self.top_p <= 1.0:

@@ -6,6 +6,17 @@ from rljax.train.loop import evaluate, train, validate_config
 from rljax.train.sft import make_sft_step, run_sft
 from rljax.train.steps import RolloutConfig, Steps, UpdateConfig, make_steps
 
-__all__ = ["Checkpointer", "completion_logprobs", "token_logprobs_and_entropy", "evaluate",
-           "train", "validate_config", "make_sft_step", "run_sft", "RolloutConfig", "Steps",
-           "UpdateConfig", "make_steps"]
+__all__ = [
+    "Checkpointer",
+    "completion_logprobs",
+    "token_logprobs_and_entropy",
+    "evaluate",
+    "train",
+    "validate_config",
+    "make_sft_step",
+    "run_sft",
+    "RolloutConfig",
+    "Steps",
+    "UpdateConfig",
+    "make_steps",
+]

@@ -29,7 +29,8 @@ class Checkpointer:
     def __init__(self, directory: str, max_to_keep: int = 3, async_save: bool = True):
         self.directory = os.path.abspath(directory)
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=max_to_keep, enable_async_checkpointing=async_save, create=True)
+            max_to_keep=max_to_keep, enable_async_checkpointing=async_save, create=True
+        )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
 
     def latest_step(self) -> int | None:
@@ -38,8 +39,12 @@ class Checkpointer:
 
     def save(self, step: int, state: TrainState, data_state: dict[str, Any]) -> None:
         """Starts writing a checkpoint of `state` and the iterator state at `step`."""
-        self._manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)))
+        self._manager.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)
+            ),
+        )
 
     def restore(self, step: int, like: TrainState) -> tuple[TrainState, dict[str, Any]]:
         """Restores the checkpoint at `step` into the structure, shapes and shardings of `like`.
@@ -51,15 +56,21 @@ class Checkpointer:
         if step not in self._manager.all_steps():
             raise FileNotFoundError(
                 f"no complete checkpoint for step {step} in {self.directory}; "
-                f"available: {list(self._manager.all_steps())}")
+                f"available: {list(self._manager.all_steps())}"
+            )
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
         try:
-            restored = self._manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract), data=ocp.args.JsonRestore()))
+            restored = self._manager.restore(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(abstract), data=ocp.args.JsonRestore()
+                ),
+            )
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(
                 f"checkpoint {os.path.join(self.directory, str(step))} does not match this "
-                f"run's train state (different model, optimizer or algorithm?): {err}") from err
+                f"run's train state (different model, optimizer or algorithm?): {err}"
+            ) from err
         return restored.state, restored.data
 
     def wait(self) -> None:

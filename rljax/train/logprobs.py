@@ -23,8 +23,9 @@ def _chunk_stats(hidden, head_chunk, targets, offset):
     e = jnp.exp(logits - m[..., None])
     local = targets - offset
     inside = (local >= 0) & (local < logits.shape[-1])
-    picked = jnp.take_along_axis(logits, jnp.clip(local, 0, logits.shape[-1] - 1)[..., None],
-                                 axis=-1)[..., 0]
+    picked = jnp.take_along_axis(
+        logits, jnp.clip(local, 0, logits.shape[-1] - 1)[..., None], axis=-1
+    )[..., 0]
     return m, e.sum(-1), (e * logits).sum(-1), jnp.where(inside, picked, 0.0)
 
 
@@ -67,8 +68,9 @@ def token_logprobs_and_entropy(
     acc = stats(hidden, head[:, :chunk_size], targets, 0)
     acc, _ = jax.lax.scan(body, acc, jnp.arange(1, n_full))
     if rest:
-        acc = _merge(acc, stats(hidden, head[:, n_full * chunk_size:], targets,
-                                n_full * chunk_size))
+        acc = _merge(
+            acc, stats(hidden, head[:, n_full * chunk_size :], targets, n_full * chunk_size)
+        )
     m, s, u, target_logit = acc
     lse = m + jnp.log(s)
     return target_logit - lse, lse - u / s
@@ -102,5 +104,6 @@ def completion_logprobs(
     p = prompt_tokens.shape[1]
     # The state after token i predicts token i + 1: states P-1 .. P+T-2 predict the completion.
     logprobs, entropy = token_logprobs_and_entropy(
-        hidden[:, p - 1:-1], model.output_head(), completion_tokens, chunk_size)
+        hidden[:, p - 1 : -1], model.output_head(), completion_tokens, chunk_size
+    )
     return jnp.where(completion_mask, logprobs, 0.0), jnp.where(completion_mask, entropy, 0.0)

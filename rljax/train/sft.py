@@ -17,12 +17,14 @@ from tqdm.auto import tqdm
 
 from rljax.train.logprobs import completion_logprobs
 
-SftStep = Callable[[nnx.State, optax.OptState, dict[str, jax.Array]],
-                   tuple[nnx.State, optax.OptState, jax.Array]]
+SftStep = Callable[
+    [nnx.State, optax.OptState, dict[str, jax.Array]], tuple[nnx.State, optax.OptState, jax.Array]
+]
 
 
-def make_sft_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation,
-                  vocab_chunk: int = 8192) -> SftStep:
+def make_sft_step(
+    graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation, vocab_chunk: int = 8192
+) -> SftStep:
     """A jitted `(params, opt_state, batch) -> (params, opt_state, loss)` step.
 
     The loss is the token-mean negative log-likelihood of `completion_tokens` under
@@ -31,8 +33,14 @@ def make_sft_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformatio
 
     def loss_fn(params, batch):
         logprobs, _ = completion_logprobs(
-            graphdef, params, batch["prompt_tokens"], batch["prompt_mask"],
-            batch["completion_tokens"], batch["completion_mask"], vocab_chunk)
+            graphdef,
+            params,
+            batch["prompt_tokens"],
+            batch["prompt_mask"],
+            batch["completion_tokens"],
+            batch["completion_mask"],
+            vocab_chunk,
+        )
         mask = batch["completion_mask"].astype(jnp.float32)
         return -(logprobs * mask).sum() / jnp.maximum(mask.sum(), 1.0)
 

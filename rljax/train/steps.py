@@ -112,15 +112,30 @@ def make_steps(
     chunk = cfg.vocab_chunk
 
     def score(params, batch: Batch):
-        return completion_logprobs(graphdef, params, batch.prompt_tokens, batch.prompt_mask,
-                                   batch.completion_tokens, batch.completion_mask, chunk)
+        return completion_logprobs(
+            graphdef,
+            params,
+            batch.prompt_tokens,
+            batch.prompt_mask,
+            batch.completion_tokens,
+            batch.completion_mask,
+            chunk,
+        )
 
     def rollout(state: TrainState, prompt_tokens, prompt_mask) -> Rollout:
         rc = rollout_config
-        return generate(graphdef, state.params, prompt_tokens, prompt_mask,
-                        _step_key(state, _ROLLOUT), max_new_tokens=rc.max_new_tokens,
-                        eos_id=rc.eos_id, pad_id=rc.pad_id, n_samples=rc.n_samples,
-                        sampling=rc.sampling)
+        return generate(
+            graphdef,
+            state.params,
+            prompt_tokens,
+            prompt_mask,
+            _step_key(state, _ROLLOUT),
+            max_new_tokens=rc.max_new_tokens,
+            eos_id=rc.eos_id,
+            pad_id=rc.pad_id,
+            n_samples=rc.n_samples,
+            sampling=rc.sampling,
+        )
 
     def prepare(state: TrainState, batch: Batch):
         old_logprobs, old_entropy = score(state.params, batch)
@@ -128,11 +143,15 @@ def make_steps(
         if state.ref_params is not None:
             ref_logprobs, _ = score(state.ref_params, batch)
         mask = batch.completion_mask
-        batch = batch.replace(old_logprobs=old_logprobs, ref_logprobs=ref_logprobs,
-                              extras={**batch.extras, "old_entropy": old_entropy})
+        batch = batch.replace(
+            old_logprobs=old_logprobs,
+            ref_logprobs=ref_logprobs,
+            extras={**batch.extras, "old_entropy": old_entropy},
+        )
         ctx = Context(step=state.step, rng=_step_key(state, _PREPARE), extras={})
         batch, transform_state, metrics = algorithm.transform.apply(
-            batch, state.transform_state, ctx)
+            batch, state.transform_state, ctx
+        )
         log_ratio = batch.rollout_logprobs - old_logprobs
         metrics = {
             **metrics,
@@ -140,8 +159,9 @@ def make_steps(
             # Sampler vs trainer log-prob gap (0 up to numerics when both are the same policy
             # at temperature 1; large under quantized rollouts or other temperatures).
             "rollout_trainer_logprob_gap": _masked_mean(jnp.abs(log_ratio), mask),
-            "kl_to_ref": _masked_mean(jnp.expm1(ref_logprobs - old_logprobs)
-                                      - (ref_logprobs - old_logprobs), mask),
+            "kl_to_ref": _masked_mean(
+                jnp.expm1(ref_logprobs - old_logprobs) - (ref_logprobs - old_logprobs), mask
+            ),
         }
         return state.replace(transform_state=transform_state), batch, metrics
 
@@ -156,7 +176,8 @@ def make_steps(
             raise ValueError(
                 f"batch of {rows} rows is not divisible by minibatches x microbatches = "
                 f"{cfg.minibatches} x {cfg.microbatches}; change train.minibatches or "
-                "train.microbatches")
+                "train.microbatches"
+            )
         keys = jax.random.split(_step_key(state, _UPDATE), cfg.epochs)
         order = jnp.stack([jax.random.permutation(k, rows) for k in keys])
         order = order.reshape(cfg.epochs * cfg.minibatches, cfg.microbatches, rows // per_step)
@@ -164,8 +185,7 @@ def make_steps(
         def microbatch(carry, ids):
             params, grads, loss, weight = carry
             sub = jax.tree.map(lambda x: x[ids], batch)
-            (sub_loss, metrics), sub_grads = jax.value_and_grad(loss_fn, has_aux=True)(
-                params, sub)
+            (sub_loss, metrics), sub_grads = jax.value_and_grad(loss_fn, has_aux=True)(params, sub)
             w = aggregation_denominator(sub.loss_weights, algorithm.aggregation)
             grads = jax.tree.map(lambda g, s: g + w * s, grads, sub_grads)
             return (params, grads, loss + w * sub_loss, weight + w), metrics
@@ -174,7 +194,8 @@ def make_steps(
             params, opt_state = carry
             zeros = jax.tree.map(jnp.zeros_like, params)
             (_, grads, loss, weight), metrics = jax.lax.scan(
-                microbatch, (params, zeros, 0.0, 0.0), ids)
+                microbatch, (params, zeros, 0.0, 0.0), ids
+            )
             scale = jnp.where(weight > 0, 1.0 / jnp.maximum(weight, 1e-30), 0.0)
             grads = jax.tree.map(lambda g: g * scale, grads)
             updates, opt_state = optimizer.update(grads, opt_state, params)
@@ -184,7 +205,8 @@ def make_steps(
             return (params, opt_state), metrics
 
         (params, opt_state), metrics = jax.lax.scan(
-            minibatch, (state.params, state.opt_state), order)
+            minibatch, (state.params, state.opt_state), order
+        )
         metrics = jax.tree.map(jnp.mean, metrics)
         state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
         return state, metrics
@@ -197,8 +219,15 @@ def make_steps(
     none = NamedSharding(mesh, PartitionSpec())
     return Steps(
         jax.jit(rollout, in_shardings=(state_shardings, rows, rows), out_shardings=rows),
-        jax.jit(prepare, in_shardings=(state_shardings, rows),
-                out_shardings=(state_shardings, rows, none)),
-        jax.jit(update, in_shardings=(state_shardings, rows),
-                out_shardings=(state_shardings, none), donate_argnums=0),
+        jax.jit(
+            prepare,
+            in_shardings=(state_shardings, rows),
+            out_shardings=(state_shardings, rows, none),
+        ),
+        jax.jit(
+            update,
+            in_shardings=(state_shardings, rows),
+            out_shardings=(state_shardings, none),
+            donate_argnums=0,
+        ),
     )

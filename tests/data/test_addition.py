@@ -50,15 +50,19 @@ def test_deterministic_in_seed_split_index():
     task = AdditionTask()
     assert task.example(7, "train") == AdditionTask().example(7, "train")
     assert [task.example(i, "train") for i in range(20)] != [
-        AdditionTask(seed=1).example(i, "train") for i in range(20)]
+        AdditionTask(seed=1).example(i, "train") for i in range(20)
+    ]
     assert [task.example(i, "train") for i in range(20)] != [
-        task.example(i + 20, "train") for i in range(20)]
+        task.example(i + 20, "train") for i in range(20)
+    ]
 
 
 def test_splits_are_disjoint_by_construction():
     task = AdditionTask()
-    pairs = {split: [_operands(task.example(i, split)["prompt"]) for i in range(2000)]
-             for split in ("train", "test")}
+    pairs = {
+        split: [_operands(task.example(i, split)["prompt"]) for i in range(2000)]
+        for split in ("train", "test")
+    }
     assert all(task.in_test_split(a, b) for a, b in pairs["test"])
     assert not any(task.in_test_split(a, b) for a, b in pairs["train"])
     unordered = {split: {tuple(sorted(p)) for p in pairs[split]} for split in pairs}
@@ -66,8 +70,9 @@ def test_splits_are_disjoint_by_construction():
     assert len(unordered["test"]) > 1000  # a real held-out set, not a few repeated problems
     # The held-out rule ignores the seed, so no seed ever trains on a test problem.
     other = AdditionTask(seed=5)
-    other_train = {tuple(sorted(_operands(other.example(i, "train")["prompt"])))
-                   for i in range(2000)}
+    other_train = {
+        tuple(sorted(_operands(other.example(i, "train")["prompt"]))) for i in range(2000)
+    }
     assert not unordered["test"] & other_train
 
 
@@ -93,8 +98,16 @@ def test_reward_is_exact_match_after_strip():
     assert task.sft_target("22") == "22"
 
 
-@pytest.mark.parametrize("kwargs", [dict(min_digits=0), dict(min_digits=3, max_digits=2),
-                                    dict(test_fraction=1.0), dict(seed=-1), dict(test_size=0)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(min_digits=0),
+        dict(min_digits=3, max_digits=2),
+        dict(test_fraction=1.0),
+        dict(seed=-1),
+        dict(test_size=0),
+    ],
+)
 def test_bad_config_raises(kwargs):
     with pytest.raises(ValueError):
         AdditionTask(**kwargs)

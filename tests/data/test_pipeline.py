@@ -5,8 +5,15 @@ import re
 import numpy as np
 import pytest
 
-from rljax.data import (AdditionTask, decode_answers, decode_prompts, prompt_batches,
-                        prompt_dataset, sft_batches, sft_dataset)
+from rljax.data import (
+    AdditionTask,
+    decode_answers,
+    decode_prompts,
+    prompt_batches,
+    prompt_dataset,
+    sft_batches,
+    sft_dataset,
+)
 from rljax.models.tokenizer import ByteTokenizer
 
 TOK = ByteTokenizer()
@@ -62,8 +69,9 @@ def test_state_restore_gives_identical_next_batches():
         next(it)
     state = it.get_state()
     expected = [next(it) for _ in range(3)]
-    fresh = prompt_batches(prompt_dataset(TASK, "train", TOK, P, seed=0, shard_index=0,
-                                          shard_count=1), 3)
+    fresh = prompt_batches(
+        prompt_dataset(TASK, "train", TOK, P, seed=0, shard_index=0, shard_count=1), 3
+    )
     fresh.set_state(state)
     assert all(_batches_equal(e, next(fresh)) for e in expected)
 
@@ -72,15 +80,19 @@ def test_epochs_reshuffle_and_end():
     ds = prompt_dataset(TASK, "test", TOK, P, seed=0, shard_index=0, shard_count=1)
     batches = list(prompt_batches(ds, 8, num_epochs=2))
     assert len(batches) == 10
-    epochs = [np.concatenate([b["index"] for b in batches[e * 5:(e + 1) * 5]]) for e in (0, 1)]
+    epochs = [np.concatenate([b["index"] for b in batches[e * 5 : (e + 1) * 5]]) for e in (0, 1)]
     assert sorted(epochs[0]) == sorted(epochs[1]) == list(range(40))
     assert not np.array_equal(epochs[0], epochs[1])
 
 
 @pytest.mark.parametrize("size", [40, 39])
 def test_shards_are_disjoint_and_cover(size):
-    shards = [prompt_dataset(TASK, "test", TOK, P, seed=7, num_examples=size, shard_index=s,
-                             shard_count=2) for s in (0, 1)]
+    shards = [
+        prompt_dataset(
+            TASK, "test", TOK, P, seed=7, num_examples=size, shard_index=s, shard_count=2
+        )
+        for s in (0, 1)
+    ]
     indices = [[int(ds[i]["index"]) for i in range(len(ds))] for ds in shards]
     assert not set(indices[0]) & set(indices[1])
     assert sorted(indices[0] + indices[1]) == list(range(size))
@@ -119,8 +131,12 @@ def test_sft_batches_shapes_and_restore():
 def test_long_prompt_error_names_prompt_and_limit():
     ds = prompt_dataset(TASK, "test", TOK, 4, seed=None, shard_index=0, shard_count=1)
     prompt = TASK.example(0, "test")["prompt"]
-    with pytest.raises(ValueError, match=re.escape(f"prompt {prompt!r} is {len(prompt) + 1} tokens "
-                                                   "with BOS, more than max_prompt_len=4")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            f"prompt {prompt!r} is {len(prompt) + 1} tokens with BOS, more than max_prompt_len=4"
+        ),
+    ):
         ds[0]
 
 

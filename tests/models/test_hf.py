@@ -17,13 +17,26 @@ import pytest
 import safetensors.numpy
 from flax import nnx
 
-from rljax.models import (TransformerConfig, abstract_model, config_from_hf, forward,
-                          load_hf_checkpoint, positions_from_mask, save_hf_checkpoint)
+from rljax.models import (
+    TransformerConfig,
+    abstract_model,
+    config_from_hf,
+    forward,
+    load_hf_checkpoint,
+    positions_from_mask,
+    save_hf_checkpoint,
+)
 
 _TOL = 1e-4
 _forward = jax.jit(forward, static_argnums=0)
-_SMALL = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, intermediate_size=128)
+_SMALL = dict(
+    vocab_size=128,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=128,
+)
 
 
 def _torch():
@@ -52,9 +65,11 @@ def _hf_logits(model, tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
     torch = _torch()
     positions = np.asarray(positions_from_mask(jnp.asarray(mask)))
     with torch.no_grad():
-        out = model(input_ids=torch.tensor(tokens, dtype=torch.long),
-                    attention_mask=torch.tensor(mask, dtype=torch.long),
-                    position_ids=torch.tensor(positions, dtype=torch.long))
+        out = model(
+            input_ids=torch.tensor(tokens, dtype=torch.long),
+            attention_mask=torch.tensor(mask, dtype=torch.long),
+            position_ids=torch.tensor(positions, dtype=torch.long),
+        )
     return out.logits.float().numpy()
 
 
@@ -63,8 +78,9 @@ def _parity(model, graphdef, params) -> float:
     worst = 0.0
     for tokens, mask in _batches(model.config.vocab_size):
         ref = _hf_logits(model, tokens, mask)
-        ours, _ = _forward(graphdef, params, jnp.asarray(tokens), positions_from_mask(mask),
-                           jnp.asarray(mask))
+        ours, _ = _forward(
+            graphdef, params, jnp.asarray(tokens), positions_from_mask(mask), jnp.asarray(mask)
+        )
         worst = max(worst, _rel_err(np.asarray(ours)[mask], ref[mask]))
     return worst
 
@@ -74,8 +90,10 @@ def _hf_model(model_type: str, **overrides):
     torch = _torch()
     import transformers
 
-    cls = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-           "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)}[model_type]
+    cls = {
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+    }[model_type]
     torch.manual_seed(0)
     config = cls[0](**{**_SMALL, **overrides}, attn_implementation="eager")
     model = cls[1](config).float().eval()
@@ -99,35 +117,57 @@ def _random_model(config: TransformerConfig, seed: int = 1) -> tuple[nnx.GraphDe
     graphdef, params = abstract_model(config)
     rng = np.random.default_rng(seed)
     pure = jax.tree.map(
-        lambda s: jnp.asarray((0.1 * rng.standard_normal(s.shape) + (len(s.shape) == 1))
-                              .astype(np.float32)).astype(s.dtype),
-        nnx.to_pure_dict(params))
+        lambda s: jnp.asarray(
+            (0.1 * rng.standard_normal(s.shape) + (len(s.shape) == 1)).astype(np.float32)
+        ).astype(s.dtype),
+        nnx.to_pure_dict(params),
+    )
     nnx.replace_by_pure_dict(params, pure)
     return graphdef, params
 
 
-_LLAMA3_SCALING = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                       original_max_position_embeddings=8)
+_LLAMA3_SCALING = dict(
+    rope_type="llama3",
+    factor=8.0,
+    low_freq_factor=1.0,
+    high_freq_factor=4.0,
+    original_max_position_embeddings=8,
+)
 _LLAMA3 = dict(_LLAMA3_SCALING, rope_theta=50000.0)
 _CASES = {
     # GQA, untied head, Qwen2 q/k/v biases.
-    "qwen2_gqa_untied": ("qwen2", dict(tie_word_embeddings=False),
-                         dict(qkv_bias=True, o_bias=False, tie_embeddings=False)),
+    "qwen2_gqa_untied": (
+        "qwen2",
+        dict(tie_word_embeddings=False),
+        dict(qkv_bias=True, o_bias=False, tie_embeddings=False),
+    ),
     # Tied embeddings, non-default rope_theta, head_dim != hidden / heads.
-    "qwen2_tied_theta_headdim": ("qwen2", dict(tie_word_embeddings=True, head_dim=32,
-                                               rope_parameters=dict(rope_type="default",
-                                                                    rope_theta=5000.0)),
-                                 dict(tie_embeddings=True, head_dim=32, rope_theta=5000.0)),
+    "qwen2_tied_theta_headdim": (
+        "qwen2",
+        dict(
+            tie_word_embeddings=True,
+            head_dim=32,
+            rope_parameters=dict(rope_type="default", rope_theta=5000.0),
+        ),
+        dict(tie_embeddings=True, head_dim=32, rope_theta=5000.0),
+    ),
     # attention_bias (q/k/v and output), llama3 RoPE scaling, GQA.
-    "llama_bias_llama3": ("llama", dict(attention_bias=True, rope_parameters=_LLAMA3),
-                          dict(qkv_bias=True, o_bias=True, rope_theta=50000.0)),
+    "llama_bias_llama3": (
+        "llama",
+        dict(attention_bias=True, rope_parameters=_LLAMA3),
+        dict(qkv_bias=True, o_bias=True, rope_theta=50000.0),
+    ),
     # Multi-head (kv = heads), tied, head_dim 32, linear RoPE scaling.
-    "llama_tied_linear_headdim": ("llama", dict(num_key_value_heads=4, tie_word_embeddings=True,
-                                                head_dim=32, rope_parameters=dict(
-                                                    rope_type="linear", rope_theta=20000.0,
-                                                    factor=2.0)),
-                                  dict(n_kv_heads=4, tie_embeddings=True, head_dim=32,
-                                       qkv_bias=False, o_bias=False)),
+    "llama_tied_linear_headdim": (
+        "llama",
+        dict(
+            num_key_value_heads=4,
+            tie_word_embeddings=True,
+            head_dim=32,
+            rope_parameters=dict(rope_type="linear", rope_theta=20000.0, factor=2.0),
+        ),
+        dict(n_kv_heads=4, tie_embeddings=True, head_dim=32, qkv_bias=False, o_bias=False),
+    ),
 }
 
 
@@ -173,24 +213,53 @@ def test_saved_checkpoint_loads_in_transformers(model_type, tmp_path):
     import transformers
 
     if model_type == "qwen2":
-        config = TransformerConfig(vocab_size=96, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
-                                   d_ff=128, qkv_bias=True, rope_theta=3000.0)
+        config = TransformerConfig(
+            vocab_size=96,
+            d_model=64,
+            n_layers=2,
+            n_heads=4,
+            n_kv_heads=2,
+            d_ff=128,
+            qkv_bias=True,
+            rope_theta=3000.0,
+        )
         shard_size = None
     else:
-        config = TransformerConfig(vocab_size=96, d_model=64, n_layers=2, n_heads=4, n_kv_heads=1,
-                                   d_ff=96, head_dim=32, qkv_bias=True, o_bias=True,
-                                   tie_embeddings=True, rope_theta=40000.0,
-                                   rope_scaling=_LLAMA3_SCALING)
+        config = TransformerConfig(
+            vocab_size=96,
+            d_model=64,
+            n_layers=2,
+            n_heads=4,
+            n_kv_heads=1,
+            d_ff=96,
+            head_dim=32,
+            qkv_bias=True,
+            o_bias=True,
+            tie_embeddings=True,
+            rope_theta=40000.0,
+            rope_scaling=_LLAMA3_SCALING,
+        )
         shard_size = 50_000  # also exercise our sharded writer
     graphdef, params = _random_model(config, seed=3)
-    save_hf_checkpoint(tmp_path, config, params, model_type=model_type, shard_size=shard_size,
-                       extra_config={"max_position_embeddings": 64})
+    save_hf_checkpoint(
+        tmp_path,
+        config,
+        params,
+        model_type=model_type,
+        shard_size=shard_size,
+        extra_config={"max_position_embeddings": 64},
+    )
     if shard_size is not None:
         assert os.path.isfile(tmp_path / "model.safetensors.index.json")
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        tmp_path, attn_implementation="eager").float().eval()
-    assert type(model).__name__ == {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}[
-        model_type]
+    model = (
+        transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="eager")
+        .float()
+        .eval()
+    )
+    assert (
+        type(model).__name__
+        == {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}[model_type]
+    )
     err = _parity(model, graphdef, params)
     print(f"ours -> transformers ({model_type}): max relative logits error {err:.2e}")
     assert err < _TOL
@@ -201,8 +270,9 @@ def test_saved_checkpoint_loads_in_transformers(model_type, tmp_path):
 
 
 def _tiny_config(**changes) -> TransformerConfig:
-    base = dict(vocab_size=32, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=24,
-                qkv_bias=True)
+    base = dict(
+        vocab_size=32, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=24, qkv_bias=True
+    )
     return TransformerConfig(**{**base, **changes})
 
 
@@ -218,8 +288,12 @@ def test_save_load_round_trip_is_exact(kind, tmp_path):
     if kind == "qwen2":
         config, params = _saved(tmp_path)
     elif kind == "llama_tied_bf16":
-        config = _tiny_config(qkv_bias=False, tie_embeddings=True, param_dtype="bfloat16",
-                              rope_scaling={"rope_type": "linear", "factor": 4.0})
+        config = _tiny_config(
+            qkv_bias=False,
+            tie_embeddings=True,
+            param_dtype="bfloat16",
+            rope_scaling={"rope_type": "linear", "factor": 4.0},
+        )
         config, params = _saved(tmp_path, config, model_type="llama")
     else:
         config, params = _saved(tmp_path, shard_size=4_000)
@@ -244,9 +318,17 @@ def test_resaving_unsharded_removes_old_shards(tmp_path):
 
 
 def test_config_from_hf_reads_both_rope_styles():
-    v4 = dict(model_type="llama", vocab_size=10, hidden_size=8, num_hidden_layers=1,
-              num_attention_heads=2, intermediate_size=16, rms_norm_eps=1e-5, rope_theta=500.0,
-              rope_scaling={"type": "linear", "factor": 2.0})
+    v4 = dict(
+        model_type="llama",
+        vocab_size=10,
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+        rms_norm_eps=1e-5,
+        rope_theta=500.0,
+        rope_scaling={"type": "linear", "factor": 2.0},
+    )
     v5 = {k: v for k, v in v4.items() if k not in ("rope_theta", "rope_scaling")}
     v5["rope_parameters"] = {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}
     for hf in (v4, v5):
@@ -259,18 +341,27 @@ def test_config_from_hf_reads_both_rope_styles():
     assert config_from_hf(dict(v5, model_type="qwen2")).qkv_bias
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(model_type="mistral"), "supported model types"),
-    (dict(architectures=["LlamaForSequenceClassification"]), "LlamaForCausalLM"),
-    (dict(mlp_bias=True), "mlp_bias"),
-    (dict(hidden_act="gelu"), "hidden_act"),
-    (dict(model_type="qwen2", use_sliding_window=True), "sliding-window"),
-    (dict(rope_parameters={"rope_type": "yarn", "factor": 2.0}), "yarn"),
-    (dict(vocab_size=None), "vocab_size"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(model_type="mistral"), "supported model types"),
+        (dict(architectures=["LlamaForSequenceClassification"]), "LlamaForCausalLM"),
+        (dict(mlp_bias=True), "mlp_bias"),
+        (dict(hidden_act="gelu"), "hidden_act"),
+        (dict(model_type="qwen2", use_sliding_window=True), "sliding-window"),
+        (dict(rope_parameters={"rope_type": "yarn", "factor": 2.0}), "yarn"),
+        (dict(vocab_size=None), "vocab_size"),
+    ],
+)
 def test_config_from_hf_errors(change, message):
-    hf = dict(model_type="llama", vocab_size=10, hidden_size=8, num_hidden_layers=1,
-              num_attention_heads=2, intermediate_size=16)
+    hf = dict(
+        model_type="llama",
+        vocab_size=10,
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+    )
     hf.update(change)
     if hf["vocab_size"] is None:
         del hf["vocab_size"]
@@ -297,8 +388,9 @@ def test_load_errors(tmp_path):
 
     _saved(tmp_path)
     hf = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps(dict(hf, model_type="gpt2",
-                                                          architectures=["GPT2LMHeadModel"])))
+    (tmp_path / "config.json").write_text(
+        json.dumps(dict(hf, model_type="gpt2", architectures=["GPT2LMHeadModel"]))
+    )
     with pytest.raises(ValueError, match="'gpt2'.*not supported"):
         load_hf_checkpoint(tmp_path)
 
@@ -314,8 +406,10 @@ def test_load_errors(tmp_path):
         load_hf_checkpoint(tmp_path)
 
     _saved(tmp_path)
-    _rewrite_weights(tmp_path, lambda t: t.update({"model.layers.0.mlp.gate_proj.bias":
-                                                   np.zeros(24, np.float32)}))
+    _rewrite_weights(
+        tmp_path,
+        lambda t: t.update({"model.layers.0.mlp.gate_proj.bias": np.zeros(24, np.float32)}),
+    )
     with pytest.raises(ValueError, match="does not use.*gate_proj.bias"):
         load_hf_checkpoint(tmp_path)
 

@@ -9,9 +9,18 @@ import pytest
 
 from rljax.models import ByteTokenizer, HFTokenizer, Tokenizer, encode_prompts
 
-_STRINGS = ["", "hello world", "héllo wörld", "日本語のテキスト", "emoji 🤖👍🏽 and ✓",
-            "tabs\tand\nnewlines\r\n", "e\u0301 combining", "  leading and trailing  ",
-            "the quick brown fox", "<s>special</s> inside"]
+_STRINGS = [
+    "",
+    "hello world",
+    "héllo wörld",
+    "日本語のテキスト",
+    "emoji 🤖👍🏽 and ✓",
+    "tabs\tand\nnewlines\r\n",
+    "e\u0301 combining",
+    "  leading and trailing  ",
+    "the quick brown fox",
+    "<s>special</s> inside",
+]
 
 
 def test_byte_tokenizer_round_trips_unicode():
@@ -35,9 +44,9 @@ def test_encode_prompts_left_pads():
     tok = ByteTokenizer()
     tokens, mask = encode_prompts(tok, ["ab", "", "abcd"], max_len=6)
     p, b = tok.pad_id, tok.bos_id
-    np.testing.assert_array_equal(tokens, [[p, p, p, b, 97, 98],
-                                           [p, p, p, p, p, b],
-                                           [p, b, 97, 98, 99, 100]])
+    np.testing.assert_array_equal(
+        tokens, [[p, p, p, b, 97, 98], [p, p, p, p, p, b], [p, b, 97, 98, 99, 100]]
+    )
     np.testing.assert_array_equal(mask, tokens != p)
     assert tokens.dtype == np.int32 and mask.dtype == bool and tokens.shape == (3, 6)
 
@@ -68,14 +77,20 @@ def _bpe(bos_post_processor: bool = False):
     tok = RawTokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=["<pad>", "<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    tok.train_from_iterator(["hello world", "the quick brown fox jumps over the lazy dog",
-                             "héllo wörld ✓ 日本語"] * 10, trainer)
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=["<pad>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(
+        ["hello world", "the quick brown fox jumps over the lazy dog", "héllo wörld ✓ 日本語"] * 10,
+        trainer,
+    )
     if bos_post_processor:  # as Llama's tokenizer.json: BOS added by "add_special_tokens"
         tok.post_processor = processors.TemplateProcessing(
-            single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+            single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))]
+        )
     return tok
 
 
@@ -90,8 +105,9 @@ def _write(directory, raw, **json_files):
 def test_hf_tokenizer_matches_tokenizers_library(tmp_path):
     raw = _bpe(bos_post_processor=True)
     eos = {"content": "</s>", "special": True, "lstrip": False, "rstrip": False}
-    tok = HFTokenizer.from_dir(_write(tmp_path, raw, tokenizer_config={"bos_token": "<s>",
-                                                                       "eos_token": eos}))
+    tok = HFTokenizer.from_dir(
+        _write(tmp_path, raw, tokenizer_config={"bos_token": "<s>", "eos_token": eos})
+    )
     assert isinstance(tok, Tokenizer)
     assert (tok.bos_id, tok.eos_id, tok.pad_id) == (1, 2, 2)  # pad falls back to EOS
     assert tok.vocab_size == raw.get_vocab_size() > 256 + 3  # bytes, specials and merges
@@ -105,9 +121,12 @@ def test_hf_tokenizer_matches_tokenizers_library(tmp_path):
     assert tok.decode([1, 2], skip_special=False) == "<s></s>"
 
     tokens, mask = encode_prompts(tok, ["hello", "hello world"], max_len=8)
-    assert tokens[0, -len(tok.encode("hello", add_bos=True)):].tolist() == tok.encode(
-        "hello", add_bos=True)
-    assert (tokens[~mask] == tok.pad_id).all() and mask[1].sum() == len(tok.encode("hello world")) + 1
+    assert tokens[0, -len(tok.encode("hello", add_bos=True)) :].tolist() == tok.encode(
+        "hello", add_bos=True
+    )
+    assert (tokens[~mask] == tok.pad_id).all() and mask[1].sum() == len(
+        tok.encode("hello world")
+    ) + 1
 
 
 @pytest.mark.hf
@@ -117,7 +136,8 @@ def test_hf_tokenizer_matches_transformers(tmp_path):
     directory = _write(tmp_path, raw, tokenizer_config={"bos_token": "<s>", "eos_token": "</s>"})
     ours = HFTokenizer.from_dir(directory)
     theirs = transformers.PreTrainedTokenizerFast(
-        tokenizer_file=str(directory / "tokenizer.json"), bos_token="<s>", eos_token="</s>")
+        tokenizer_file=str(directory / "tokenizer.json"), bos_token="<s>", eos_token="</s>"
+    )
     assert (theirs.bos_token_id, theirs.eos_token_id) == (ours.bos_id, ours.eos_id)
     for text in _STRINGS:
         assert ours.encode(text) == theirs.encode(text, add_special_tokens=False), text
@@ -129,18 +149,34 @@ def test_hf_tokenizer_matches_transformers(tmp_path):
 def test_hf_special_token_sources(tmp_path):
     raw = _bpe()
     # special_tokens_map.json only, with an explicit pad token.
-    tok = HFTokenizer.from_dir(_write(tmp_path / "a", raw, special_tokens_map={
-        "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}))
+    tok = HFTokenizer.from_dir(
+        _write(
+            tmp_path / "a",
+            raw,
+            special_tokens_map={"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"},
+        )
+    )
     assert (tok.bos_id, tok.eos_id, tok.pad_id) == (1, 2, 0)
     # tokenizer_config.json wins over special_tokens_map.json.
-    tok = HFTokenizer.from_dir(_write(tmp_path / "b", raw, tokenizer_config={"eos_token": "<s>"},
-                                      special_tokens_map={"eos_token": "</s>"}))
+    tok = HFTokenizer.from_dir(
+        _write(
+            tmp_path / "b",
+            raw,
+            tokenizer_config={"eos_token": "<s>"},
+            special_tokens_map={"eos_token": "</s>"},
+        )
+    )
     assert tok.eos_id == 1
     # config.json ids only; a list of EOS ids gives the first; an explicit null BOS in
     # tokenizer_config.json wins over config.json's bos_token_id (as in Qwen2).
-    tok = HFTokenizer.from_dir(_write(tmp_path / "c", raw,
-                                      config={"eos_token_id": [2, 0], "bos_token_id": 1},
-                                      tokenizer_config={"bos_token": None}))
+    tok = HFTokenizer.from_dir(
+        _write(
+            tmp_path / "c",
+            raw,
+            config={"eos_token_id": [2, 0], "bos_token_id": 1},
+            tokenizer_config={"bos_token": None},
+        )
+    )
     assert (tok.bos_id, tok.eos_id, tok.pad_id) == (None, 2, 2)
     assert tok.encode("hello", add_bos=True) == tok.encode("hello")
 

@@ -7,8 +7,7 @@ import pytest
 from flax import nnx
 
 from rljax.models.config import TransformerConfig
-from rljax.models.transformer import (create_model, forward, positions_from_mask,
-                                      rope_frequencies)
+from rljax.models.transformer import create_model, forward, positions_from_mask, rope_frequencies
 
 BASE = dict(vocab_size=40, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=48)
 
@@ -86,13 +85,16 @@ def test_config_is_hashable_with_rope_scaling():
     assert config.rope_scaling_dict == {"rope_type": "linear", "factor": 2.0}
 
 
-@pytest.mark.parametrize("changes,match", [
-    (dict(n_kv_heads=3), "multiple of n_kv_heads"),
-    (dict(d_model=30), "not divisible by n_heads"),
-    (dict(dtype="float64"), "dtype"),
-    (dict(n_layers=0), "n_layers"),
-    (dict(rope_scaling={"rope_type": "yarn"}), "not supported"),
-])
+@pytest.mark.parametrize(
+    "changes,match",
+    [
+        (dict(n_kv_heads=3), "multiple of n_kv_heads"),
+        (dict(d_model=30), "not divisible by n_heads"),
+        (dict(dtype="float64"), "dtype"),
+        (dict(n_layers=0), "n_layers"),
+        (dict(rope_scaling={"rope_type": "yarn"}), "not supported"),
+    ],
+)
 def test_config_errors_name_the_field(changes, match):
     with pytest.raises(ValueError, match=match):
         TransformerConfig(**{**BASE, **changes})

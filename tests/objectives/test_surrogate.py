@@ -11,7 +11,8 @@ from rljax.objectives.surrogate import ppo_clip
 # Ratios and advantages chosen to hit every branch (eps = 0.2):
 #   r=1.5, A=+1 -> clipped (1.2)      r=0.5, A=+1 -> unclipped (r*A smaller)
 #   r=0.5, A=-1 -> clipped (0.8)      r=5.0, A=-1 -> unclipped, dual clip c=3 caps the loss at 3
-#   r=1.1, A=+2 -> inside the band    r=3.0, A=-2 -> unclipped, loss 6 equals the dual cap 6 (not active)
+#   r=1.1, A=+2 -> inside the band
+#   r=3.0, A=-2 -> unclipped, loss 6 equals the dual cap 6 (not active)
 RATIO = np.array([[1.5, 0.5, 0.5], [5.0, 1.1, 3.0]], np.float32)
 ADV = np.array([[1.0, 1.0, -1.0], [-1.0, 2.0, -2.0]], np.float32)
 OLD = np.array([[-1.0, -2.0, -0.5], [-3.0, -1.0, -2.0]], np.float32)
@@ -20,110 +21,119 @@ MASK = np.ones((2, 3), bool)
 
 
 def make(mask=MASK, adv=ADV, old=OLD):
-  return make_batch(
-      prompt_tokens=np.zeros((2, 1)), prompt_mask=np.ones((2, 1)),
-      completion_tokens=np.zeros((2, 3)), completion_mask=mask,
-      group_id=np.array([0, 0]), rewards=np.zeros(2),
-      old_logprobs=old, advantages=np.asarray(adv) * mask)
+    return make_batch(
+        prompt_tokens=np.zeros((2, 1)),
+        prompt_mask=np.ones((2, 1)),
+        completion_tokens=np.zeros((2, 3)),
+        completion_mask=mask,
+        group_id=np.array([0, 0]),
+        rewards=np.zeros(2),
+        old_logprobs=old,
+        advantages=np.asarray(adv) * mask,
+    )
 
 
 def reference(ratio, adv, mask, eps_low=0.2, eps_high=0.2, c=None):
-  losses, clipped_count, dual_count, n = 0.0, 0, 0, 0
-  for i in range(ratio.shape[0]):
-    for j in range(ratio.shape[1]):
-      if not mask[i, j]:
-        continue
-      r, a = float(ratio[i, j]), float(adv[i, j])
-      un = -r * a
-      cl = -min(max(r, 1 - eps_low), 1 + eps_high) * a
-      loss = max(un, cl)
-      clipped_count += cl > un
-      if c is not None and a < 0 and loss > -c * a:
-        loss = -c * a
-        dual_count += 1
-      losses += loss
-      n += 1
-  return losses / n, clipped_count / n, dual_count / n
+    losses, clipped_count, dual_count, n = 0.0, 0, 0, 0
+    for i in range(ratio.shape[0]):
+        for j in range(ratio.shape[1]):
+            if not mask[i, j]:
+                continue
+            r, a = float(ratio[i, j]), float(adv[i, j])
+            un = -r * a
+            cl = -min(max(r, 1 - eps_low), 1 + eps_high) * a
+            loss = max(un, cl)
+            clipped_count += cl > un
+            if c is not None and a < 0 and loss > -c * a:
+                loss = -c * a
+                dual_count += 1
+            losses += loss
+            n += 1
+    return losses / n, clipped_count / n, dual_count / n
 
 
 def test_loss_and_clip_frac_match_reference():
-  loss, metrics = ppo_clip()(jnp.array(NEW), jnp.zeros((2, 3)), make())
-  ref_loss, ref_clip, _ = reference(RATIO, ADV, MASK)
-  # By hand: [-1.2, -0.5, 0.8, 5.0, -2.2, 6.0] -> mean 7.9 / 6; clipped tokens 0 and 2.
-  np.testing.assert_allclose(ref_loss, 7.9 / 6, rtol=1e-6)
-  np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
-  np.testing.assert_allclose(metrics["pg/clip_frac"], ref_clip)
-  np.testing.assert_allclose(ref_clip, 2 / 6)
-  assert "pg/dual_clip_frac" not in metrics
-  np.testing.assert_allclose(metrics["pg/loss"], loss)
+    loss, metrics = ppo_clip()(jnp.array(NEW), jnp.zeros((2, 3)), make())
+    ref_loss, ref_clip, _ = reference(RATIO, ADV, MASK)
+    # By hand: [-1.2, -0.5, 0.8, 5.0, -2.2, 6.0] -> mean 7.9 / 6; clipped tokens 0 and 2.
+    np.testing.assert_allclose(ref_loss, 7.9 / 6, rtol=1e-6)
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
+    np.testing.assert_allclose(metrics["pg/clip_frac"], ref_clip)
+    np.testing.assert_allclose(ref_clip, 2 / 6)
+    assert "pg/dual_clip_frac" not in metrics
+    np.testing.assert_allclose(metrics["pg/loss"], loss)
 
 
 def test_dual_clip():
-  loss, metrics = ppo_clip(dual_clip_c=3.0)(jnp.array(NEW), jnp.zeros((2, 3)), make())
-  ref_loss, _, ref_dual = reference(RATIO, ADV, MASK, c=3.0)
-  # Only the r=5, A=-1 token is capped: 5.0 -> 3.0.
-  np.testing.assert_allclose(ref_loss, 5.9 / 6, rtol=1e-6)
-  np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
-  np.testing.assert_allclose(metrics["pg/dual_clip_frac"], ref_dual)
-  np.testing.assert_allclose(ref_dual, 1 / 6)
+    loss, metrics = ppo_clip(dual_clip_c=3.0)(jnp.array(NEW), jnp.zeros((2, 3)), make())
+    ref_loss, _, ref_dual = reference(RATIO, ADV, MASK, c=3.0)
+    # Only the r=5, A=-1 token is capped: 5.0 -> 3.0.
+    np.testing.assert_allclose(ref_loss, 5.9 / 6, rtol=1e-6)
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
+    np.testing.assert_allclose(metrics["pg/dual_clip_frac"], ref_dual)
+    np.testing.assert_allclose(ref_dual, 1 / 6)
 
 
 def test_asymmetric_clip():
-  loss, metrics = ppo_clip(eps_low=0.1, eps_high=0.6)(jnp.array(NEW), jnp.zeros((2, 3)), make())
-  ref_loss, ref_clip, _ = reference(RATIO, ADV, MASK, eps_low=0.1, eps_high=0.6)
-  np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
-  np.testing.assert_allclose(metrics["pg/clip_frac"], ref_clip)
+    loss, metrics = ppo_clip(eps_low=0.1, eps_high=0.6)(jnp.array(NEW), jnp.zeros((2, 3)), make())
+    ref_loss, ref_clip, _ = reference(RATIO, ADV, MASK, eps_low=0.1, eps_high=0.6)
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
+    np.testing.assert_allclose(metrics["pg/clip_frac"], ref_clip)
 
 
 def test_gradient_is_zero_on_clipped_tokens():
-  grad = jax.grad(lambda lp: ppo_clip(dual_clip_c=3.0)(lp, jnp.zeros((2, 3)), make())[0])(
-      jnp.array(NEW))
-  # d(-r*A)/d logp = -r*A on unclipped tokens, / 6 tokens; 0 where clipped or dual-capped.
-  expected = np.where([[0, 1, 0], [0, 1, 1]], -RATIO * ADV, 0.0) / 6
-  np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-7)
+    grad = jax.grad(lambda lp: ppo_clip(dual_clip_c=3.0)(lp, jnp.zeros((2, 3)), make())[0])(
+        jnp.array(NEW)
+    )
+    # d(-r*A)/d logp = -r*A on unclipped tokens, / 6 tokens; 0 where clipped or dual-capped.
+    expected = np.where([[0, 1, 0], [0, 1, 1]], -RATIO * ADV, 0.0) / 6
+    np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-7)
 
 
 def test_mask_excludes_tokens_and_garbage_stays_finite():
-  mask = np.array([[1, 1, 0], [1, 0, 0]], bool)
-  new = NEW.copy()
-  new[0, 2], new[1, 2] = 1e4, -1e4   # padded positions with garbage log-probs
-  obj = ppo_clip(dual_clip_c=3.0)
-  (loss, metrics), grad = jax.value_and_grad(obj, has_aux=True)(
-      jnp.array(new), jnp.zeros((2, 3)), make(mask))
-  ref_loss, ref_clip, ref_dual = reference(RATIO, ADV, mask, c=3.0)
-  np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
-  np.testing.assert_allclose(metrics["pg/clip_frac"], ref_clip)
-  np.testing.assert_allclose(metrics["pg/dual_clip_frac"], ref_dual)
-  np.testing.assert_allclose(metrics["pg/ratio_max"], 5.0, rtol=1e-5)
-  assert np.all(np.isfinite(grad)) and np.all(np.asarray(grad)[~mask] == 0)
+    mask = np.array([[1, 1, 0], [1, 0, 0]], bool)
+    new = NEW.copy()
+    new[0, 2], new[1, 2] = 1e4, -1e4  # padded positions with garbage log-probs
+    obj = ppo_clip(dual_clip_c=3.0)
+    (loss, metrics), grad = jax.value_and_grad(obj, has_aux=True)(
+        jnp.array(new), jnp.zeros((2, 3)), make(mask)
+    )
+    ref_loss, ref_clip, ref_dual = reference(RATIO, ADV, mask, c=3.0)
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
+    np.testing.assert_allclose(metrics["pg/clip_frac"], ref_clip)
+    np.testing.assert_allclose(metrics["pg/dual_clip_frac"], ref_dual)
+    np.testing.assert_allclose(metrics["pg/ratio_max"], 5.0, rtol=1e-5)
+    assert np.all(np.isfinite(grad)) and np.all(np.asarray(grad)[~mask] == 0)
 
 
 def test_ratio_and_kl_metrics():
-  _, metrics = jax.jit(ppo_clip())(jnp.array(NEW), jnp.zeros((2, 3)), make())
-  r = RATIO.ravel().astype(np.float64)
-  np.testing.assert_allclose(metrics["pg/ratio_mean"], r.mean(), rtol=1e-5)
-  np.testing.assert_allclose(metrics["pg/ratio_max"], 5.0, rtol=1e-5)
-  np.testing.assert_allclose(metrics["pg/approx_kl"], np.mean(r - 1 - np.log(r)), rtol=1e-5)
+    _, metrics = jax.jit(ppo_clip())(jnp.array(NEW), jnp.zeros((2, 3)), make())
+    r = RATIO.ravel().astype(np.float64)
+    np.testing.assert_allclose(metrics["pg/ratio_mean"], r.mean(), rtol=1e-5)
+    np.testing.assert_allclose(metrics["pg/ratio_max"], 5.0, rtol=1e-5)
+    np.testing.assert_allclose(metrics["pg/approx_kl"], np.mean(r - 1 - np.log(r)), rtol=1e-5)
 
 
 def test_on_policy_loss_is_minus_mean_advantage():
-  loss, metrics = ppo_clip()(jnp.array(OLD), jnp.zeros((2, 3)), make())
-  np.testing.assert_allclose(loss, -ADV.mean(), rtol=1e-6)
-  assert metrics["pg/clip_frac"] == 0 and metrics["pg/approx_kl"] == 0
+    loss, metrics = ppo_clip()(jnp.array(OLD), jnp.zeros((2, 3)), make())
+    np.testing.assert_allclose(loss, -ADV.mean(), rtol=1e-6)
+    assert metrics["pg/clip_frac"] == 0 and metrics["pg/approx_kl"] == 0
 
 
 def test_seq_mean_token_mean_aggregation():
-  mask = np.array([[1, 1, 0], [1, 0, 0]], bool)
-  loss, _ = ppo_clip(aggregation="seq-mean-token-mean")(jnp.array(NEW), jnp.zeros((2, 3)), make(mask))
-  np.testing.assert_allclose(loss, ((-1.2 - 0.5) / 2 + 5.0) / 2, rtol=1e-5)
+    mask = np.array([[1, 1, 0], [1, 0, 0]], bool)
+    loss, _ = ppo_clip(aggregation="seq-mean-token-mean")(
+        jnp.array(NEW), jnp.zeros((2, 3)), make(mask)
+    )
+    np.testing.assert_allclose(loss, ((-1.2 - 0.5) / 2 + 5.0) / 2, rtol=1e-5)
 
 
 def test_errors():
-  with pytest.raises(ValueError, match="eps_low=1.0"):
-    ppo_clip(eps_low=1.0)
-  with pytest.raises(ValueError, match="eps_high=-0.1"):
-    ppo_clip(eps_high=-0.1)
-  with pytest.raises(ValueError, match="dual_clip_c=1.0 must be > 1"):
-    ppo_clip(dual_clip_c=1.0)
-  with pytest.raises(ValueError, match="valid modes"):
-    ppo_clip(aggregation="sum")
+    with pytest.raises(ValueError, match="eps_low=1.0"):
+        ppo_clip(eps_low=1.0)
+    with pytest.raises(ValueError, match="eps_high=-0.1"):
+        ppo_clip(eps_high=-0.1)
+    with pytest.raises(ValueError, match="dual_clip_c=1.0 must be > 1"):
+        ppo_clip(dual_clip_c=1.0)
+    with pytest.raises(ValueError, match="valid modes"):
+        ppo_clip(aggregation="sum")

@@ -17,8 +17,7 @@ from rljax.train.steps import RolloutConfig, UpdateConfig, make_steps
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
 
-CONFIG = TransformerConfig(vocab_size=32, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2,
-                           d_ff=32)
+CONFIG = TransformerConfig(vocab_size=32, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32)
 ROLLOUT = RolloutConfig(max_new_tokens=4, n_samples=4, eos_id=1, pad_id=0)
 
 
@@ -32,14 +31,21 @@ def one_iteration(mesh):
     if mesh is not None:
         shardings = mesh_shardings(state, mesh)
         state = jax.device_put(state, shardings)
-    steps = make_steps(graphdef, optimizer, algorithm, ROLLOUT, UpdateConfig(minibatches=2),
-                       mesh, shardings)
+    steps = make_steps(
+        graphdef, optimizer, algorithm, ROLLOUT, UpdateConfig(minibatches=2), mesh, shardings
+    )
     prompts = jnp.asarray([[0, 5, 6], [7, 8, 9], [0, 0, 4], [3, 2, 11]], jnp.int32)
     rollout = steps.rollout(state, prompts, prompts > 0)
     rewards = (rollout.completion_tokens[:, 0] % 3 == 0).astype(jnp.float32)
-    batch = make_batch(rollout.prompt_tokens, rollout.prompt_mask, rollout.completion_tokens,
-                       rollout.completion_mask, rollout.group_id, rewards,
-                       rollout_logprobs=rollout.sampling_logprobs)
+    batch = make_batch(
+        rollout.prompt_tokens,
+        rollout.prompt_mask,
+        rollout.completion_tokens,
+        rollout.completion_mask,
+        rollout.group_id,
+        rewards,
+        rollout_logprobs=rollout.sampling_logprobs,
+    )
     state, batch, prepare_metrics = steps.prepare(state, batch)
     state, update_metrics = steps.update(state, batch)
     return rollout, state, {**prepare_metrics, **update_metrics}

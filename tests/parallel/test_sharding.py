@@ -9,13 +9,19 @@ from jax.sharding import PartitionSpec
 from rljax.models.config import TransformerConfig
 from rljax.models.transformer import create_model, forward, positions_from_mask
 from rljax.parallel.mesh import make_mesh
-from rljax.parallel.rules import (DEFAULT_RULES, batch_sharding, logical_to_spec,
-                                  param_shardings, replicated)
+from rljax.parallel.rules import (
+    DEFAULT_RULES,
+    batch_sharding,
+    logical_to_spec,
+    param_shardings,
+    replicated,
+)
 from rljax.rollout.sampler import generate
 from rljax.rollout.sampling import SamplingParams
 
-CONFIG = TransformerConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
-                           d_ff=64, qkv_bias=True)
+CONFIG = TransformerConfig(
+    vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, qkv_bias=True
+)
 MESHES = [(8, 1, 1), (2, 4, 1), (2, 2, 2)]
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
@@ -47,14 +53,17 @@ def test_sharded_forward_and_gradient_match_single_device(model_and_batch, shape
     def logits_fn(p, t, m):
         return forward(graphdef, p, t, positions_from_mask(m), m)[0]
 
-    sharded_logits = jax.jit(logits_fn, in_shardings=(p_sh, b_sh, b_sh),
-                             out_shardings=batch_sharding(mesh, 3))(params, tokens, mask)
-    np.testing.assert_allclose(sharded_logits, jax.jit(logits_fn)(params, tokens, mask),
-                               atol=1e-5, rtol=1e-5)
+    sharded_logits = jax.jit(
+        logits_fn, in_shardings=(p_sh, b_sh, b_sh), out_shardings=batch_sharding(mesh, 3)
+    )(params, tokens, mask)
+    np.testing.assert_allclose(
+        sharded_logits, jax.jit(logits_fn)(params, tokens, mask), atol=1e-5, rtol=1e-5
+    )
 
     grad_fn = jax.grad(nll)
-    sharded = jax.jit(grad_fn, static_argnums=1, in_shardings=(p_sh, b_sh, b_sh),
-                      out_shardings=p_sh)(params, graphdef, tokens, mask)
+    sharded = jax.jit(
+        grad_fn, static_argnums=1, in_shardings=(p_sh, b_sh, b_sh), out_shardings=p_sh
+    )(params, graphdef, tokens, mask)
     single = jax.jit(grad_fn, static_argnums=1)(params, graphdef, tokens, mask)
     for got, want in zip(jax.tree.leaves(sharded), jax.tree.leaves(single)):
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
@@ -71,12 +80,22 @@ def test_sharded_sampler_matches_single_device(model_and_batch, shape):
     p_sh, b_sh = param_shardings(params, mesh), batch_sharding(mesh, 2)
 
     def sample(p, t, m, key):
-        return generate(graphdef, p, t, m, key, max_new_tokens=6, eos_id=-1, pad_id=0,
-                        sampling=SamplingParams(greedy=True))
+        return generate(
+            graphdef,
+            p,
+            t,
+            m,
+            key,
+            max_new_tokens=6,
+            eos_id=-1,
+            pad_id=0,
+            sampling=SamplingParams(greedy=True),
+        )
 
     key = jax.random.key(0)
     sharded = jax.jit(sample, in_shardings=(p_sh, b_sh, b_sh, replicated(mesh)))(
-        params, tokens, mask, key)
+        params, tokens, mask, key
+    )
     single = sample(params, tokens, mask, key)
     np.testing.assert_array_equal(sharded.completion_tokens, single.completion_tokens)
     np.testing.assert_allclose(sharded.policy_logprobs, single.policy_logprobs, atol=1e-5)
@@ -86,16 +105,23 @@ def test_rules_map_logical_axes_and_replicate_indivisible_dims():
     mesh = make_mesh(1, 2, 4)
     assert logical_to_spec(("embed", "mlp"), (32, 64), mesh) == PartitionSpec("fsdp", "tensor")
     # 2 kv heads cannot be split 4 ways: replicated.
-    assert logical_to_spec(("embed", "kv_heads", "head_dim"), (32, 2, 8), mesh) == \
-        PartitionSpec("fsdp", None, None)
+    assert logical_to_spec(("embed", "kv_heads", "head_dim"), (32, 2, 8), mesh) == PartitionSpec(
+        "fsdp", None, None
+    )
     assert DEFAULT_RULES["batch"] == ("data", "fsdp")
     with pytest.raises(ValueError, match="no sharding rule"):
         logical_to_spec(("nonsense",), (4,), mesh)
 
 
-@pytest.mark.parametrize("sizes,match", [
-    ((3, 1, 1), "8 are available"), ((-1, -1, 1), "at most one"), ((0, 1, 1), "positive"),
-    ((-1, 3, 1), "not divisible")])
+@pytest.mark.parametrize(
+    "sizes,match",
+    [
+        ((3, 1, 1), "8 are available"),
+        ((-1, -1, 1), "at most one"),
+        ((0, 1, 1), "positive"),
+        ((-1, 3, 1), "not divisible"),
+    ],
+)
 def test_make_mesh_errors(sizes, match):
     with pytest.raises(ValueError, match=match):
         make_mesh(*sizes)

@@ -29,8 +29,9 @@ def _flaky(prompt: str, completion: str, answer: str):
 
 def test_valid_rewards_pass_through():
     task = AdditionTask()
-    rewards, failures = score_completions(lambda p, c, a: task.reward(c, a),
-                                          ["1+1=", "2+2="], [" 2", "5"], ["2", "4"])
+    rewards, failures = score_completions(
+        lambda p, c, a: task.reward(c, a), ["1+1=", "2+2="], [" 2", "5"], ["2", "4"]
+    )
     np.testing.assert_array_equal(rewards, [1.0, 0.0])
     assert rewards.dtype == np.float32
     assert failures == dict.fromkeys(FAILURE_KINDS, 0)
@@ -44,8 +45,10 @@ def test_failures_score_zero_counted_by_kind(caplog):
     assert failures == {"exception": 2, "wrong_type": 2, "non_finite": 2, "timeout": 0}
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 3  # one warning per kind, not per sample
-    assert any("raised on 2 of 9" in m and "RuntimeError('boom')" in m and "sample 1" in m
-               for m in messages)
+    assert any(
+        "raised on 2 of 9" in m and "RuntimeError('boom')" in m and "sample 1" in m
+        for m in messages
+    )
     assert any("non-number on 2 of 9" in m and "NoneType" in m for m in messages)
     assert any("non-finite number on 2 of 9" in m and "nan" in m for m in messages)
 
@@ -55,8 +58,9 @@ def test_soft_timeout_discards_slow_calls():
         time.sleep(0.05 if completion == "slow" else 0.0)
         return 1.0
 
-    rewards, failures = score_completions(slow, ["", ""], ["slow", "fast"], ["", ""],
-                                          timeout_s=0.02)
+    rewards, failures = score_completions(
+        slow, ["", ""], ["slow", "fast"], ["", ""], timeout_s=0.02
+    )
     np.testing.assert_array_equal(rewards, [0.0, 1.0])
     assert failures["timeout"] == 1
 

@@ -31,8 +31,10 @@ def numpy_reference(logits, temperature, top_k, top_p):
     return np.stack(out)
 
 
-@pytest.mark.parametrize("temperature,top_k,top_p", [
-    (1.0, 0, 1.0), (0.5, 0, 1.0), (1.0, 3, 1.0), (1.0, 0, 0.6), (1.3, 0, 0.9)])
+@pytest.mark.parametrize(
+    "temperature,top_k,top_p",
+    [(1.0, 0, 1.0), (0.5, 0, 1.0), (1.0, 3, 1.0), (1.0, 0, 0.6), (1.3, 0, 0.9)],
+)
 def test_process_logits_matches_numpy(temperature, top_k, top_p):
     logits = np.random.default_rng(0).normal(size=(4, 11)).astype(np.float32) * 2
     got = process_logits(jnp.asarray(logits), SamplingParams(temperature, top_k, top_p))
@@ -46,8 +48,9 @@ def test_greedy_is_a_point_mass():
     logits = jnp.asarray([[0.1, 2.0, -1.0], [3.0, 0.0, 0.5]])
     lp = process_logits(logits, SamplingParams(greedy=True))
     np.testing.assert_array_equal(np.exp(lp), [[0, 1, 0], [1, 0, 0]])
-    tokens, sampling_lp, policy_lp = sample_token(jax.random.key(0), logits,
-                                                  SamplingParams(greedy=True))
+    tokens, sampling_lp, policy_lp = sample_token(
+        jax.random.key(0), logits, SamplingParams(greedy=True)
+    )
     np.testing.assert_array_equal(tokens, [1, 0])
     np.testing.assert_array_equal(sampling_lp, [0.0, 0.0])
     np.testing.assert_allclose(policy_lp, jax.nn.log_softmax(logits)[jnp.arange(2), tokens])
@@ -61,8 +64,10 @@ def test_samples_follow_the_distribution():
     np.testing.assert_allclose(freq, [0.5, 0.3, 0.2], atol=0.015)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(temperature=0.0), "temperature"), (dict(top_k=-1), "top_k"), (dict(top_p=0.0), "top_p")])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [(dict(temperature=0.0), "temperature"), (dict(top_k=-1), "top_k"), (dict(top_p=0.0), "top_p")],
+)
 def test_bad_params_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SamplingParams(**kwargs)

@@ -25,8 +25,9 @@ def test_chunked_matches_full_softmax(chunk):
     hidden = rng.normal(size=(2, 5, 8)).astype(np.float32)
     head = rng.normal(size=(8, 50)).astype(np.float32) * 3  # peaked: tests the online max
     targets = rng.integers(0, 50, (2, 5))
-    lp, ent = token_logprobs_and_entropy(jnp.asarray(hidden), jnp.asarray(head),
-                                         jnp.asarray(targets), chunk_size=chunk)
+    lp, ent = token_logprobs_and_entropy(
+        jnp.asarray(hidden), jnp.asarray(head), jnp.asarray(targets), chunk_size=chunk
+    )
     want_lp, want_ent = numpy_reference(hidden, head, targets)
     np.testing.assert_allclose(lp, want_lp, atol=2e-5, rtol=1e-5)
     np.testing.assert_allclose(ent, want_ent, atol=2e-5, rtol=1e-5)
@@ -47,25 +48,29 @@ def test_gradients_match_unchunked():
         lp, ent = token_logprobs_and_entropy(h, w, targets, chunk_size=7)
         return lp.sum() + 0.3 * ent.sum()
 
-    for got, want in zip(jax.grad(chunked, (0, 1))(hidden, head),
-                         jax.grad(direct, (0, 1))(hidden, head)):
+    for got, want in zip(
+        jax.grad(chunked, (0, 1))(hidden, head), jax.grad(direct, (0, 1))(hidden, head)
+    ):
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
 
 
 def test_completion_logprobs_match_teacher_forcing():
-    config = TransformerConfig(vocab_size=37, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1,
-                               d_ff=32)
+    config = TransformerConfig(
+        vocab_size=37, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32
+    )
     graphdef, params = create_model(config, seed=1)
     prompt = jnp.asarray([[0, 0, 5, 6], [7, 8, 9, 10]])
     prompt_mask = prompt > 0
     completion = jnp.asarray([[11, 12, 13], [14, 15, 0]])
     completion_mask = jnp.asarray([[True, True, True], [True, True, False]])
-    lp, ent = completion_logprobs(graphdef, params, prompt, prompt_mask, completion,
-                                  completion_mask, chunk_size=10)
+    lp, ent = completion_logprobs(
+        graphdef, params, prompt, prompt_mask, completion, completion_mask, chunk_size=10
+    )
     tokens = jnp.concatenate([prompt, completion], 1)
     mask = jnp.concatenate([prompt_mask, completion_mask], 1)
-    logits = np.asarray(forward(graphdef, params, tokens, positions_from_mask(mask), mask)[0],
-                        np.float64)
+    logits = np.asarray(
+        forward(graphdef, params, tokens, positions_from_mask(mask), mask)[0], np.float64
+    )
     for b in range(2):
         for t in range(3):
             if not completion_mask[b, t]:

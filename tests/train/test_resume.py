@@ -13,11 +13,19 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = [
-    "--config.model.d_model=32", "--config.model.n_layers=1", "--config.model.n_heads=2",
-    "--config.model.n_kv_heads=1", "--config.model.d_ff=64", "--config.sft.steps=30",
-    "--config.sft.batch_size=16", "--config.train.prompts_per_step=4",
-    "--config.rollout.n_samples=4", "--config.task.eval_size=16", "--config.train.steps=4",
-    "--config.train.checkpoint_every=2", "--config.train.eval_every=2",
+    "--config.model.d_model=32",
+    "--config.model.n_layers=1",
+    "--config.model.n_heads=2",
+    "--config.model.n_kv_heads=1",
+    "--config.model.d_ff=64",
+    "--config.sft.steps=30",
+    "--config.sft.batch_size=16",
+    "--config.train.prompts_per_step=4",
+    "--config.rollout.n_samples=4",
+    "--config.task.eval_size=16",
+    "--config.train.steps=4",
+    "--config.train.checkpoint_every=2",
+    "--config.train.eval_every=2",
     "--config.train.minibatches=2",
 ]
 TIMING = ("time/step_s", "time/tokens_per_s")
@@ -26,9 +34,21 @@ TIMING = ("time/step_s", "time/tokens_per_s")
 def launch(run_dir, *extra):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device
     return subprocess.run(
-        [sys.executable, "-m", "launchers.train", "--config=configs/grpo_addition.py",
-         f"--config.run_dir={run_dir}", *TINY, *extra],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "launchers.train",
+            "--config=configs/grpo_addition.py",
+            f"--config.run_dir={run_dir}",
+            *TINY,
+            *extra,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def records(run_dir):
@@ -57,14 +77,20 @@ def test_killed_run_resumes_with_identical_metrics(tmp_path):
     assert "eval/accuracy" in a[4]
 
 
-@pytest.mark.parametrize("flag,message", [
-    ("--config.train.stepz=3", "stepz"),
-    ("--config.train.steps=abc", "steps"),
-    ("--config.train.minibatches=3", "not divisible by train.minibatches"),
-    ("--config.algorithm.name=ppo2", "algorithm.name='ppo2' is unknown"),
-    ("--config=configs/no_such_recipe.py", "no_such_recipe.py"),
-    ("--config.model.checkpoint=/no/such/dir", "checkpoint directory '/no/such/dir' does not exist"),
-])
+@pytest.mark.parametrize(
+    "flag,message",
+    [
+        ("--config.train.stepz=3", "stepz"),
+        ("--config.train.steps=abc", "steps"),
+        ("--config.train.minibatches=3", "not divisible by train.minibatches"),
+        ("--config.algorithm.name=ppo2", "algorithm.name='ppo2' is unknown"),
+        ("--config=configs/no_such_recipe.py", "no_such_recipe.py"),
+        (
+            "--config.model.checkpoint=/no/such/dir",
+            "checkpoint directory '/no/such/dir' does not exist",
+        ),
+    ],
+)
 def test_bad_config_gives_a_one_line_error_naming_the_key(tmp_path, flag, message):
     result = launch(tmp_path / "bad", flag)
     assert result.returncode != 0

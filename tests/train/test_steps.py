@@ -13,8 +13,7 @@ from rljax.models.config import TransformerConfig
 from rljax.models.transformer import create_model, forward, positions_from_mask
 from rljax.train.steps import RolloutConfig, UpdateConfig, make_steps
 
-CONFIG = TransformerConfig(vocab_size=30, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1,
-                           d_ff=32)
+CONFIG = TransformerConfig(vocab_size=30, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)
 ROLLOUT = RolloutConfig(max_new_tokens=5, n_samples=4, eos_id=1, pad_id=0)
 
 
@@ -28,9 +27,15 @@ def setup():
 def rollout_batch(steps, state, prompts, mask):
     rollout = steps.rollout(state, prompts, mask)
     rewards = (rollout.completion_tokens[:, 0] % 2).astype(jnp.float32)  # any fixed reward
-    return make_batch(rollout.prompt_tokens, rollout.prompt_mask, rollout.completion_tokens,
-                      rollout.completion_mask, rollout.group_id, rewards,
-                      rollout_logprobs=rollout.sampling_logprobs)
+    return make_batch(
+        rollout.prompt_tokens,
+        rollout.prompt_mask,
+        rollout.completion_tokens,
+        rollout.completion_mask,
+        rollout.group_id,
+        rewards,
+        rollout_logprobs=rollout.sampling_logprobs,
+    )
 
 
 def build(graphdef, params, update=UpdateConfig(), lr=1.0, **grpo_kwargs):
@@ -51,8 +56,9 @@ def test_prepare_scores_the_rollout_and_computes_group_advantages(setup):
     r = np.asarray(batch.rewards).reshape(2, 4)
     want = (r - r.mean(1, keepdims=True)) / (r.std(1, ddof=1, keepdims=True) + 1e-6)
     want = np.where(r.std(1, keepdims=True) > 0, want, 0.0).reshape(-1)
-    np.testing.assert_allclose(batch.advantages, want[:, None] * np.asarray(batch.completion_mask),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        batch.advantages, want[:, None] * np.asarray(batch.completion_mask), atol=1e-5
+    )
 
 
 def test_one_on_policy_sgd_step_is_the_policy_gradient(setup):
@@ -82,8 +88,12 @@ def test_gradient_accumulation_equals_the_full_minibatch(setup, aggregation):
     graphdef, params, prompts, mask = setup
     results = []
     for micro in (1, 4):
-        steps, state = build(graphdef, params, UpdateConfig(microbatches=micro, vocab_chunk=7),
-                             aggregation=aggregation)
+        steps, state = build(
+            graphdef,
+            params,
+            UpdateConfig(microbatches=micro, vocab_chunk=7),
+            aggregation=aggregation,
+        )
         batch = rollout_batch(steps, state, prompts, mask)
         state, batch, _ = steps.prepare(state, batch)
         results.append(steps.update(state, batch))
@@ -98,8 +108,9 @@ def test_several_epochs_and_minibatches_take_that_many_optimizer_steps(setup):
     algorithm = grpo(group_size=4)
     optimizer = optax.chain(optax.sgd(0.01), optax.scale(1.0))
     state = init_train_state(params, optax.adam(1e-3), algorithm.transform, jax.random.PRNGKey(0))
-    steps = make_steps(graphdef, optax.adam(1e-3), algorithm, ROLLOUT,
-                       UpdateConfig(epochs=3, minibatches=2))
+    steps = make_steps(
+        graphdef, optax.adam(1e-3), algorithm, ROLLOUT, UpdateConfig(epochs=3, minibatches=2)
+    )
     del optimizer
     batch = rollout_batch(steps, state, prompts, mask)
     state, batch, _ = steps.prepare(state, batch)

@@ -41,8 +41,10 @@ def get_task(name: str, **kwargs: Any) -> Task:
     if name not in _TASKS:
         close = difflib.get_close_matches(name, _TASKS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"unknown task {name!r}{hint}; known tasks: {sorted(_TASKS)}. New tasks "
-                         "are registered in rljax/data/tasks/__init__.py")
+        raise ValueError(
+            f"unknown task {name!r}{hint}; known tasks: {sorted(_TASKS)}. New tasks "
+            "are registered in rljax/data/tasks/__init__.py"
+        )
     return _TASKS[name](**kwargs)
 
 

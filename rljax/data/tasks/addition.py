@@ -61,7 +61,8 @@ class AdditionTask:
         if not 1 <= self.min_digits <= self.max_digits <= _MAX_SUPPORTED_DIGITS:
             raise ValueError(
                 f"min_digits={self.min_digits}, max_digits={self.max_digits}: need "
-                f"1 <= min_digits <= max_digits <= {_MAX_SUPPORTED_DIGITS}")
+                f"1 <= min_digits <= max_digits <= {_MAX_SUPPORTED_DIGITS}"
+            )
         if not 0.0 < self.test_fraction < 1.0:
             raise ValueError(f"test_fraction={self.test_fraction} must be strictly between 0 and 1")
         if self.seed < 0:
@@ -95,7 +96,8 @@ class AdditionTask:
                 return {"prompt": f"{a}+{b}=", "answer": str(a + b)}
         raise ValueError(
             f"no {split} problem found in {_MAX_DRAWS} draws for {self}: the {split} split is "
-            "(nearly) empty; widen the digit range or move test_fraction away from 0/1")
+            "(nearly) empty; widen the digit range or move test_fraction away from 0/1"
+        )
 
     def reward(self, completion: str, answer: str) -> float:
         """1.0 if the whole completion, stripped of surrounding whitespace, equals the answer."""
