@@ -14,7 +14,8 @@ def get_config() -> ConfigDict:
     config.seed = 0
     config.run_dir = "runs/grpo_addition"
 
-    # The policy: built from scratch unless `checkpoint` names a local HF checkpoint directory.
+    # The policy: built from scratch with these sizes when `checkpoint` is ""; else a local HF
+    # checkpoint directory, a .gguf file, or a model rljax can fetch ("smollm2").
     config.model = ConfigDict(
         dict(
             checkpoint="",
@@ -29,8 +30,16 @@ def get_config() -> ConfigDict:
         )
     )
 
+    # Task settings besides name/max_prompt_len/eval_size/chat_template go to the task itself.
     config.task = ConfigDict(
-        dict(name="addition", min_digits=1, max_digits=2, max_prompt_len=8, eval_size=512)
+        dict(
+            name="addition",
+            min_digits=1,
+            max_digits=2,
+            max_prompt_len=8,
+            eval_size=512,
+            chat_template=False,
+        )
     )
 
     config.sft = ConfigDict(dict(steps=800, batch_size=64, learning_rate=1e-3))

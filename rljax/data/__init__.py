@@ -5,7 +5,6 @@ from rljax.data.pipeline import (
     decode_prompts,
     prompt_batches,
     prompt_dataset,
-    sft_batches,
     sft_dataset,
 )
 from rljax.data.tasks import AdditionTask, Task, get_task
@@ -17,7 +16,6 @@ __all__ = [
     "prompt_dataset",
     "prompt_batches",
     "sft_dataset",
-    "sft_batches",
     "decode_answers",
     "decode_prompts",
 ]

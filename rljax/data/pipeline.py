@@ -17,6 +17,7 @@ so `rljax.train.logprobs.completion_logprobs(..., prompt_*, completion_*)` score
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import grain
@@ -25,6 +26,8 @@ import numpy as np
 
 from rljax.data.tasks import Task
 from rljax.models.tokenizer import Tokenizer, encode_prompts
+
+PromptFormat = Callable[[str], str]
 
 # Length of an unbounded split. grain's shuffle permutes 32-bit indices, and 2**31 examples
 # outlast any run this framework targets (33M steps at batch 64).
@@ -61,14 +64,24 @@ def _task_indices(
     return indices[shard_index::shard_count]
 
 
-def _encode_prompt(tokenizer: Tokenizer, prompt: str, max_prompt_len: int, where: str):
-    """(tokens [P], mask [P]) of BOS + prompt, left-padded; raises naming an overlong prompt."""
+def _encode_prompt(
+    tokenizer: Tokenizer,
+    prompt: str,
+    max_prompt_len: int,
+    where: str,
+    format_prompt: PromptFormat | None,
+    add_bos: bool,
+):
+    """(tokens [P], mask [P]) of (BOS +) the formatted prompt, left-padded; raises naming an
+    overlong prompt."""
+    if format_prompt is not None:
+        prompt = format_prompt(prompt)
     try:
-        tokens, mask = encode_prompts(tokenizer, [prompt], max_prompt_len)
+        tokens, mask = encode_prompts(tokenizer, [prompt], max_prompt_len, add_bos=add_bos)
     except ValueError as err:
-        length = len(tokenizer.encode(prompt, add_bos=True))
+        length = len(tokenizer.encode(prompt, add_bos=add_bos))
         raise ValueError(
-            f"{where}: prompt {prompt!r} is {length} tokens with BOS, more than "
+            f"{where}: prompt {prompt!r} is {length} tokens, more than "
             f"max_prompt_len={max_prompt_len}; raise max_prompt_len or shorten the "
             "task's prompts"
         ) from err
@@ -83,11 +96,15 @@ def _prompt_example(
     tokenizer: Tokenizer,
     max_prompt_len: int,
     max_answer_len: int,
+    format_prompt: PromptFormat | None,
+    add_bos: bool,
 ) -> dict[str, np.ndarray]:
     """One RL prompt example (see `prompt_dataset`)."""
     example = task.example(int(index), split)
     where = f"{split} example {index}"
-    tokens, mask = _encode_prompt(tokenizer, example["prompt"], max_prompt_len, where)
+    tokens, mask = _encode_prompt(
+        tokenizer, example["prompt"], max_prompt_len, where, format_prompt, add_bos
+    )
     answer_bytes = example["answer"].encode("utf-8")
     if len(answer_bytes) > max_answer_len:
         raise ValueError(
@@ -113,11 +130,15 @@ def _sft_example(
     tokenizer: Tokenizer,
     max_prompt_len: int,
     max_completion_len: int,
+    format_prompt: PromptFormat | None,
+    add_bos: bool,
 ) -> dict[str, np.ndarray]:
     """One SFT example (see `sft_dataset`)."""
     example = task.example(int(index), split)
     where = f"{split} example {index}"
-    prompt_tokens, prompt_mask = _encode_prompt(tokenizer, example["prompt"], max_prompt_len, where)
+    prompt_tokens, prompt_mask = _encode_prompt(
+        tokenizer, example["prompt"], max_prompt_len, where, format_prompt, add_bos
+    )
     target = task.sft_target(example["answer"])
     ids = tokenizer.encode(target, add_eos=True)
     if len(ids) > max_completion_len:
@@ -148,6 +169,8 @@ def prompt_dataset(
     num_examples: int | None = None,
     shard_index: int | None = None,
     shard_count: int | None = None,
+    format_prompt: PromptFormat | None = None,
+    add_bos: bool = True,
 ) -> grain.MapDataset:
     """RL prompts of `task`'s `split`, this host's shard.
 
@@ -161,6 +184,9 @@ def prompt_dataset(
       num_examples: use the first n task indices; default the whole split (2**31 if unbounded).
       shard_index, shard_count: this host's slice; default jax.process_index()/process_count().
         Shards of a finite split differ in length by at most one example.
+      format_prompt: turns the task's prompt text into the model's input text (e.g. an
+        instruct model's chat template); None uses it as it is.
+      add_bos: prepend the tokenizer's BOS (off when the chat template has its own).
 
     Returns:
       A MapDataset of dicts: prompt_tokens [P] int32 (left-padded), prompt_mask [P] bool,
@@ -180,6 +206,8 @@ def prompt_dataset(
             tokenizer=tokenizer,
             max_prompt_len=max_prompt_len,
             max_answer_len=max_answer_len,
+            format_prompt=format_prompt,
+            add_bos=add_bos,
         )
     )
 
@@ -195,6 +223,8 @@ def sft_dataset(
     num_examples: int | None = None,
     shard_index: int | None = None,
     shard_count: int | None = None,
+    format_prompt: PromptFormat | None = None,
+    add_bos: bool = True,
 ) -> grain.MapDataset:
     """Supervised warm-start examples: the prompt as in `prompt_dataset`, then target + EOS.
 
@@ -221,6 +251,8 @@ def sft_dataset(
             tokenizer=tokenizer,
             max_prompt_len=max_prompt_len,
             max_completion_len=max_completion_len,
+            format_prompt=format_prompt,
+            add_bos=add_bos,
         )
     )
 
@@ -251,35 +283,6 @@ def prompt_batches(
         raise ValueError(f"num_epochs={num_epochs} must be positive, or None to repeat forever")
     batched = dataset.repeat(num_epochs).batch(batch_size, drop_remainder=True)
     return iter(batched.to_iter_dataset(_READ_OPTIONS))
-
-
-def sft_batches(
-    task: Task,
-    split: str,
-    tokenizer: Tokenizer,
-    max_prompt_len: int,
-    max_completion_len: int,
-    batch_size: int,
-    seed: int | None = 0,
-    *,
-    num_epochs: int | None = None,
-    num_examples: int | None = None,
-    shard_index: int | None = None,
-    shard_count: int | None = None,
-) -> grain.DatasetIterator:
-    """Batches of `sft_dataset(...)`: fields [B, P] and [B, C]; see `prompt_batches`."""
-    dataset = sft_dataset(
-        task,
-        split,
-        tokenizer,
-        max_prompt_len,
-        max_completion_len,
-        seed,
-        num_examples=num_examples,
-        shard_index=shard_index,
-        shard_count=shard_count,
-    )
-    return prompt_batches(dataset, batch_size, num_epochs)
 
 
 def decode_answers(batch: dict[str, Any]) -> list[str]:

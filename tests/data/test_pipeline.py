@@ -11,7 +11,6 @@ from rljax.data import (
     decode_prompts,
     prompt_batches,
     prompt_dataset,
-    sft_batches,
     sft_dataset,
 )
 from rljax.models.tokenizer import ByteTokenizer
@@ -117,13 +116,13 @@ def test_sft_layout_by_hand():
 
 
 def test_sft_batches_shapes_and_restore():
-    kwargs = dict(seed=0, shard_index=0, shard_count=1)
-    it = sft_batches(TASK, "train", TOK, P, 6, 2, **kwargs)
+    dataset = sft_dataset(TASK, "train", TOK, P, 6, seed=0, shard_index=0, shard_count=1)
+    it = prompt_batches(dataset, 2)
     next(it)
     state = it.get_state()
     expected = next(it)
     assert expected["completion_tokens"].shape == (2, 6) and expected["prompt_mask"].shape == (2, P)
-    fresh = sft_batches(TASK, "train", TOK, P, 6, 2, **kwargs)
+    fresh = prompt_batches(dataset, 2)
     fresh.set_state(state)
     assert _batches_equal(expected, next(fresh))
 
@@ -134,7 +133,7 @@ def test_long_prompt_error_names_prompt_and_limit():
     with pytest.raises(
         ValueError,
         match=re.escape(
-            f"prompt {prompt!r} is {len(prompt) + 1} tokens with BOS, more than max_prompt_len=4"
+            f"prompt {prompt!r} is {len(prompt) + 1} tokens, more than max_prompt_len=4"
         ),
     ):
         ds[0]
@@ -155,3 +154,20 @@ def test_bad_arguments_raise():
         prompt_dataset(TASK, "test", TOK, P, shard_index=2, shard_count=2)
     with pytest.raises(ValueError, match="num_examples=41"):
         prompt_dataset(TASK, "test", TOK, P, num_examples=41, shard_index=0, shard_count=1)
+
+
+def test_format_prompt_and_no_bos():
+    dataset = prompt_dataset(
+        TASK,
+        "test",
+        TOK,
+        16,
+        seed=None,
+        shard_index=0,
+        shard_count=1,
+        format_prompt=lambda p: f"Q: {p}",
+        add_bos=False,
+    )
+    example = dataset[0]
+    want = TOK.encode("Q: " + TASK.example(0, "test")["prompt"])
+    assert example["prompt_tokens"][example["prompt_mask"]].tolist() == want

@@ -87,7 +87,7 @@ def test_killed_run_resumes_with_identical_metrics(tmp_path):
         ("--config=configs/no_such_recipe.py", "no_such_recipe.py"),
         (
             "--config.model.checkpoint=/no/such/dir",
-            "checkpoint directory '/no/such/dir' does not exist",
+            "model.checkpoint='/no/such/dir' is neither a directory",
         ),
     ],
 )

@@ -6,6 +6,7 @@ import difflib
 from typing import Any, Protocol, runtime_checkable
 
 from rljax.data.tasks.addition import AdditionTask
+from rljax.data.tasks.word_problems import WordProblemTask
 
 
 @runtime_checkable
@@ -33,6 +34,7 @@ class Task(Protocol):
 
 _TASKS: dict[str, type] = {
     "addition": AdditionTask,
+    "word_problems": WordProblemTask,
 }
 
 
@@ -48,4 +50,4 @@ def get_task(name: str, **kwargs: Any) -> Task:
     return _TASKS[name](**kwargs)
 
 
-__all__ = ["AdditionTask", "Task", "get_task"]
+__all__ = ["AdditionTask", "Task", "WordProblemTask", "get_task"]

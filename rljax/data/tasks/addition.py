@@ -16,26 +16,13 @@ import dataclasses
 
 import numpy as np
 
+from rljax.data.tasks.split_hash import unit_hash
+
 _SPLIT_IDS = {"train": 0, "test": 1}
-_MASK64 = (1 << 64) - 1
 # Rejection draws per example before a split is declared (nearly) empty; at test_fraction=0.1
 # a draw lands in test with probability ~0.1, so 1000 misses do not happen by chance.
 _MAX_DRAWS = 1000
 _MAX_SUPPORTED_DIGITS = 18  # 10**18 < 2**63: operands stay within numpy's int64 sampling
-
-
-def _mix64(x: int) -> int:
-    """SplitMix64 finaliser: a fixed, well-mixed 64-bit integer hash (not Python's hash())."""
-    x = (x + 0x9E3779B97F4A7C15) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)
-
-
-def _pair_unit(a: int, b: int) -> float:
-    """A deterministic number in [0, 1) for the unordered pair {a, b}."""
-    lo, hi = min(a, b), max(a, b)
-    return _mix64(_mix64(lo) ^ hi) / 2.0**64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +64,7 @@ class AdditionTask:
 
     def in_test_split(self, a: int, b: int) -> bool:
         """Whether the problem a+b (equivalently b+a) belongs to the test split."""
-        return _pair_unit(a, b) < self.test_fraction
+        return unit_hash(min(a, b), max(a, b)) < self.test_fraction
 
     def example(self, index: int, split: str) -> dict[str, str]:
         """The problem at `index` of `split`: dict(prompt="17+5=", answer="22").

