@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	$(PY) benchmarks/rollout.py
+	$(PY) -m benchmarks.rollout
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

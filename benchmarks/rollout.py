@@ -5,8 +5,8 @@ Both run the same random Qwen2-shaped weights (built in torch, saved as safetens
 dtype and sampling (temperature 1, no top-k/top-p, no early stop), on this machine's CPU.
 rljax's compile time is reported separately and excluded from its tokens/s.
 
-  python benchmarks/rollout.py                  # the README numbers
-  python benchmarks/rollout.py --layers 2 --repeats 1 --new_tokens 16   # a quick look
+  python -m benchmarks.rollout                  # the README numbers
+  python -m benchmarks.rollout --layers 2 --repeats 1 --new_tokens 16   # a quick look
 
 Writes a JSON report (default benchmarks/results/rollout.json) and prints a table.
 """
