@@ -25,6 +25,8 @@ setup(
         "tokenizers>=0.20",
         "tensorboardX>=2.6",
         "tqdm>=4.66",
+        "gguf>=0.17",  # GGUF checkpoints (llama.cpp's format)
+        "jinja2>=3.1.6",  # chat templates
     ],
     extras_require={
         "test": [
@@ -40,6 +42,7 @@ setup(
         "hf": [
             "torch==2.13.0",
             "transformers>=4.50",
+            "accelerate>=1.0",  # transformers refuses to load GGUF files without it
         ],
     },
 )

@@ -1,6 +1,9 @@
-"""Models: the Llama/Qwen2 transformer, Hugging Face checkpoint I/O, and tokenizers."""
+"""Models: the Llama/Qwen2 transformer, Hugging Face and GGUF checkpoint I/O, and tokenizers."""
 
 from rljax.models.config import TransformerConfig
+from rljax.models.fetch import fetch_smollm2
+from rljax.models.gguf import gguf_config, load_gguf
+from rljax.models.gguf_tokenizer import GGUFTokenizer, gguf_tokenizer
 from rljax.models.hf import config_from_hf, load_hf_checkpoint, save_hf_checkpoint
 from rljax.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, encode_prompts
 from rljax.models.transformer import (
@@ -25,6 +28,11 @@ __all__ = [
     "load_hf_checkpoint",
     "save_hf_checkpoint",
     "config_from_hf",
+    "load_gguf",
+    "gguf_config",
+    "gguf_tokenizer",
+    "GGUFTokenizer",
+    "fetch_smollm2",
     "ByteTokenizer",
     "HFTokenizer",
     "Tokenizer",

@@ -88,7 +88,8 @@ def build_policy(
 
         source = fetch_smollm2()
     if source.endswith(".gguf"):
-        from rljax.models.gguf import gguf_tokenizer, load_gguf  # noqa: PLC0415
+        from rljax.models.gguf import load_gguf  # noqa: PLC0415
+        from rljax.models.gguf_tokenizer import gguf_tokenizer  # noqa: PLC0415
 
         model_config, graphdef, params = load_gguf(source, dtype=m.dtype, param_dtype=m.param_dtype)
         return gguf_tokenizer(source), model_config, graphdef, params

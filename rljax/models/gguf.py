@@ -1,0 +1,281 @@
+"""GGUF files (llama.cpp's format) -> rljax config and params (tokenizer: gguf_tokenizer.py).
+
+A GGUF file holds the whole model: metadata (shape, RoPE, the tokenizer's vocabulary, merges and
+chat template) and the weights, often block-quantized (Q4_1, Q8_0, ...). We dequantize every
+tensor on the host with the `gguf` package and reuse `rljax.models.hf`'s layout conversions by
+first renaming the tensors to their Hugging Face names.
+
+Two things differ from a Hugging Face checkpoint:
+- GGUF lists dims fastest-first, but `GGUFReader` already gives numpy arrays in row-major
+  [out, in] order, the same as HF's `nn.Linear` weights (for quantized types the last axis is
+  bytes, which `gguf.quants.dequantize` expands to values).
+- llama.cpp's converter permutes the rows of a *llama* model's q/k projections from HF's
+  rotate-half RoPE layout to its interleaved one; rows (h, s, j) -- head h, half s, index j --
+  are stored at (h, j, s). We undo it, since our RoPE uses rotate-half. Qwen2 files are written
+  unpermuted.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from rljax.models.config import TransformerConfig
+from rljax.models.hf import _NP_DTYPES, _set_path, _specs
+from rljax.models.transformer import abstract_model
+
+_ARCHITECTURES = ("llama", "qwen2")
+_PERMUTED_QK = ("llama",)  # architectures whose q/k rows llama.cpp interleaves
+
+# GGUF tensor name (per block: "blk.{i}." + name) -> HF name (per layer: "model.layers.{i}.").
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_BLOCK_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_output.bias": "self_attn.o_proj.bias",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+
+# ----------------------------------------------------------------------------------------------
+# Reading
+
+
+def _reader(path: str):
+    """A `gguf.GGUFReader` of `path`, with clear errors for a missing or non-GGUF file."""
+    import gguf  # imported here so the rest of rljax does not need the package
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"GGUF file {path!r} does not exist; pass the path of a .gguf file "
+            "(for SmolLM2, rljax.models.fetch_smollm2() downloads and caches one)"
+        )
+    try:
+        return gguf.GGUFReader(path)
+    except ValueError as e:  # bad magic or truncated file
+        raise ValueError(f"{path} is not a readable GGUF file ({e}); re-download it") from None
+
+
+_MISSING = object()
+
+
+def _field(reader, key: str, default: Any = _MISSING) -> Any:
+    """A metadata value as a Python scalar, string or list; required unless `default` is given."""
+    field = reader.fields.get(key)
+    if field is None:
+        if default is _MISSING:
+            raise ValueError(
+                f"GGUF metadata lacks {key!r}; the file was written by an incompatible converter"
+            )
+        return default
+    return field.contents()
+
+
+def _tensor_infos(reader) -> dict[str, Any]:
+    return {t.name: t for t in reader.tensors}
+
+
+def _dequantize(tensor) -> np.ndarray:
+    """One tensor as float32 in numpy (row-major, HF) order."""
+    import gguf
+
+    kind = gguf.GGMLQuantizationType(tensor.tensor_type)
+    integer = {gguf.GGMLQuantizationType[n] for n in ("I8", "I16", "I32", "I64")}
+    if kind in integer:
+        raise ValueError(
+            f"tensor {tensor.name!r} has integer type {kind.name}; model weights must be float "
+            "or block-quantized (F32, F16, BF16, Q8_0, Q4_0, Q4_1, K-quants, ...)"
+        )
+    if kind == gguf.GGMLQuantizationType.F64:
+        return np.asarray(tensor.data, np.float32)
+    try:
+        values = gguf.quants.dequantize(np.asarray(tensor.data), kind)
+    except NotImplementedError:
+        raise ValueError(
+            f"tensor {tensor.name!r} has type {kind.name}, which the gguf package cannot "
+            "dequantize; re-quantize the model with llama.cpp's llama-quantize to a "
+            "supported type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, K-quants) or "
+            "upgrade the gguf package"
+        ) from None
+    return np.asarray(values, np.float32).reshape(tuple(int(d) for d in reversed(tensor.shape)))
+
+
+def _unpermute_qk(weight: np.ndarray, heads: int) -> np.ndarray:
+    """Undo llama.cpp's q/k row permutation: rows (head, j, half) back to (head, half, j)."""
+    rows = weight.shape[0]
+    if rows % (2 * heads):
+        raise ValueError(f"q/k projection with {rows} rows cannot split into {heads} heads")
+    w = weight.reshape(heads, rows // heads // 2, 2, *weight.shape[1:])
+    return w.swapaxes(1, 2).reshape(weight.shape)
+
+
+def _config_from_reader(reader, path: str, dtype: str, param_dtype: str) -> TransformerConfig:
+    arch = _field(reader, "general.architecture")
+    if arch not in _ARCHITECTURES:
+        raise ValueError(
+            f"{path}: general.architecture={arch!r} is not supported; rljax loads GGUF "
+            f"architectures {list(_ARCHITECTURES)} (Llama/Qwen2 decoders)"
+        )
+    tensors = _tensor_infos(reader)
+    if "rope_freqs.weight" in tensors:
+        raise ValueError(
+            f"{path} has a rope_freqs.weight tensor (llama3-style per-frequency RoPE factors), "
+            "which rljax cannot map to a rope_scaling config; load the HF checkpoint instead"
+        )
+    if _field(reader, f"{arch}.expert_count", 0):
+        raise ValueError(f"{path} is a mixture-of-experts model; rljax has dense MLPs only")
+
+    def count(key: str, default: Any = _MISSING) -> int:
+        value = _field(reader, f"{arch}.{key}", default)
+        if isinstance(value, list):  # per-layer values (hybrid models)
+            if len(set(value)) != 1:
+                raise ValueError(f"{path}: per-layer {arch}.{key}={value} is not supported")
+            value = value[0]
+        return int(value)
+
+    n_heads = count("attention.head_count")
+    d_model = count("embedding_length")
+    head_dim = count("attention.key_length", d_model // n_heads)
+    if count("attention.value_length", head_dim) != head_dim:
+        raise ValueError(f"{path}: key and value head widths differ; rljax needs them equal")
+    rotary = count("rope.dimension_count", head_dim)
+    if rotary != head_dim:
+        raise ValueError(
+            f"{path}: {arch}.rope.dimension_count={rotary} < head_dim={head_dim} (partial "
+            "rotary embedding) is not supported: rljax rotates the full head"
+        )
+    scaling = None
+    kind = _field(reader, f"{arch}.rope.scaling.type", "none")
+    if kind == "linear":
+        factor = float(_field(reader, f"{arch}.rope.scaling.factor"))
+        scaling = {"rope_type": "linear", "factor": factor}
+    elif kind != "none":
+        raise ValueError(
+            f"{path}: {arch}.rope.scaling.type={kind!r} is not supported; supported: none, linear"
+        )
+    embed = tensors.get("token_embd.weight")
+    if embed is None:
+        raise ValueError(f"{path} has no token_embd.weight tensor; it is not a complete model")
+    vocab = int(embed.shape[1])  # GGUF shape is [d_model, vocab] (fastest dim first)
+    declared = _field(reader, f"{arch}.vocab_size", None)
+    if declared is not None and int(declared) != vocab:
+        raise ValueError(
+            f"{path}: {arch}.vocab_size={declared} but token_embd.weight has {vocab} rows"
+        )
+    return TransformerConfig(
+        vocab_size=vocab,
+        d_model=d_model,
+        n_layers=count("block_count"),
+        n_heads=n_heads,
+        n_kv_heads=count("attention.head_count_kv", n_heads),
+        d_ff=count("feed_forward_length"),
+        head_dim=None if head_dim * n_heads == d_model else head_dim,
+        rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
+        rope_scaling=scaling,
+        rms_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
+        qkv_bias="blk.0.attn_q.bias" in tensors,
+        o_bias="blk.0.attn_output.bias" in tensors,
+        tie_embeddings="output.weight" not in tensors,
+        dtype=dtype,
+        param_dtype=param_dtype,
+    )
+
+
+def _hf_name(name: str, n_layers: int) -> str | None:
+    """The HF name of a GGUF tensor, or None if rljax has no such tensor."""
+    if name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[name]
+    parts = name.split(".", 2)
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and int(parts[1]) < n_layers:
+        hf = _BLOCK_NAMES.get(parts[2])
+        return None if hf is None else f"model.layers.{parts[1]}.{hf}"
+    return None
+
+
+def gguf_config(path: str, dtype: str = "float32", param_dtype: str = "float32"):
+    """The TransformerConfig a GGUF file describes, read from its metadata (no weights loaded)."""
+    path = os.fspath(path)
+    return _config_from_reader(_reader(path), path, dtype, param_dtype)
+
+
+def load_gguf(
+    path: str,
+    dtype: str = "float32",
+    param_dtype: str = "float32",
+) -> tuple[TransformerConfig, nnx.GraphDef, nnx.State]:
+    """Load a Llama/Qwen2 GGUF file as (config, graphdef, params).
+
+    Every tensor is dequantized to float32 on the host and then cast to `param_dtype`, so the
+    params are a plain (unquantized) rljax model, ready for training.
+
+    Args:
+      path: the .gguf file.
+      dtype: compute dtype of the returned config ("float32", "bfloat16", "float16").
+      param_dtype: storage dtype of the params.
+
+    Returns:
+      The config (from the file's metadata), and (graphdef, params) as `create_model` returns.
+
+    Raises:
+      FileNotFoundError: the file does not exist.
+      ValueError: an unsupported architecture or feature, a tensor type that cannot be
+        dequantized, or tensors missing, extra or of the wrong shape.
+    """
+    path = os.fspath(path)
+    reader = _reader(path)
+    config = _config_from_reader(reader, path, dtype, param_dtype)
+    arch = _field(reader, "general.architecture")
+    by_hf: dict[str, Any] = {}
+    extra = []
+    for tensor in reader.tensors:
+        hf = _hf_name(tensor.name, config.n_layers)
+        if hf is None:
+            extra.append(tensor.name)
+        else:
+            by_hf[hf] = tensor
+    if extra:
+        raise ValueError(
+            f"{path} has {len(extra)} tensor(s) rljax's {arch} model does not use, e.g. "
+            f"{extra[:5]}; the file holds another architecture or extra modules"
+        )
+    specs = _specs(config)
+    missing = [s.hf_name for s in specs if s.hf_name not in by_hf]
+    if missing:
+        raise ValueError(f"{path} lacks {len(missing)} tensor(s), e.g. {missing[:5]}")
+
+    graphdef, params = abstract_model(config)
+    target = _NP_DTYPES[config.param_dtype]
+    heads = {"q_proj": config.n_heads, "k_proj": config.n_kv_heads}
+    pure: dict = {}
+    for spec in specs:
+        tensor = by_hf[spec.hf_name]
+        weight = _dequantize(tensor)
+        if weight.shape != spec.hf_shape:
+            raise ValueError(
+                f"tensor {tensor.name!r} has shape {weight.shape} (as [out, in]), expected "
+                f"{spec.hf_shape} from the file's metadata"
+            )
+        proj = spec.hf_name.split(".")[-2]
+        if arch in _PERMUTED_QK and proj in heads:
+            weight = _unpermute_qk(weight, heads[proj])
+        value = np.ascontiguousarray(spec.to_ours(weight).astype(target))
+        _set_path(pure, spec.path, jnp.asarray(value))
+    nnx.replace_by_pure_dict(params, pure)
+    return config, graphdef, params
