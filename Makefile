@@ -19,7 +19,7 @@ train: $(STAMP)
 	$(PY) -m launchers.train --config=configs/grpo_addition.py
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check rljax tests launchers configs benchmarks
+	$(VENV)/bin/ruff check rljax tests launchers configs benchmarks scripts
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

@@ -25,14 +25,14 @@ def get_config() -> ConfigDict:
     config.sft.steps = 0  # an instruct model already answers in the right format
     config.rollout.update(max_new_tokens=48, n_samples=4, temperature=1.0)
     config.train.update(
-        steps=20,
+        steps=30,
         prompts_per_step=8,
-        learning_rate=2e-6,
+        learning_rate=5e-6,
         warmup_steps=2,
         minibatches=1,
         microbatches=4,
-        eval_every=10,
-        checkpoint_every=10,
+        eval_every=15,
+        checkpoint_every=15,
         vocab_chunk=16384,
     )
     return config

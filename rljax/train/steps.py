@@ -26,6 +26,7 @@ from rljax.core.aggregation import aggregation_denominator
 from rljax.core.batch import Batch
 from rljax.core.state import TrainState
 from rljax.core.transform import Context, Metrics
+from rljax.objectives.kl import kl_penalty
 from rljax.parallel.rules import DEFAULT_RULES, MeshAxes
 from rljax.rollout.sampler import Rollout, generate
 from rljax.rollout.sampling import SamplingParams
@@ -159,9 +160,7 @@ def make_steps(
             # Sampler vs trainer log-prob gap (0 up to numerics when both are the same policy
             # at temperature 1; large under quantized rollouts or other temperatures).
             "rollout_trainer_logprob_gap": _masked_mean(jnp.abs(log_ratio), mask),
-            "kl_to_ref": _masked_mean(
-                jnp.expm1(ref_logprobs - old_logprobs) - (ref_logprobs - old_logprobs), mask
-            ),
+            "kl_to_ref": _masked_mean(kl_penalty(old_logprobs, ref_logprobs, "k3"), mask),
         }
         return state.replace(transform_state=transform_state), batch, metrics
 

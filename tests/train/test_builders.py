@@ -1,0 +1,79 @@
+"""Config -> objects: policy sources, chat formatting, algorithm settings, validation errors."""
+
+import pytest
+
+from configs.grpo_addition import get_config
+from rljax.models.tokenizer import ByteTokenizer
+from rljax.train.builders import (
+    build_algorithm,
+    build_policy,
+    build_task,
+    prompt_format,
+    validate_config,
+)
+
+
+def tiny_config():
+    config = get_config()
+    config.model.update(d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)
+    return config
+
+
+def test_scratch_policy_uses_the_byte_tokenizer_vocabulary():
+    tokenizer, model_config, _, params = build_policy(tiny_config())
+    assert isinstance(tokenizer, ByteTokenizer)
+    assert model_config.vocab_size == tokenizer.vocab_size == 259
+    assert params["embed"][...].shape == (259, 16)
+
+
+def test_unknown_checkpoint_path_names_the_key(tmp_path):
+    config = tiny_config()
+    config.model.checkpoint = str(tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="model.checkpoint="):
+        build_policy(config)
+
+
+class ChatTokenizer(ByteTokenizer):
+    def apply_chat_template(self, messages):
+        return f"<user>{messages[0]['content']}</user>"
+
+
+def test_prompt_format_applies_the_chat_template_without_bos():
+    config = tiny_config()
+    assert prompt_format(config, ByteTokenizer()) == (None, True)
+    config.task.chat_template = True
+    fmt, add_bos = prompt_format(config, ChatTokenizer())
+    assert fmt("1+2=") == "<user>1+2=</user>" and add_bos is False
+    with pytest.raises(ValueError, match="no chat template"):
+        prompt_format(config, ByteTokenizer())
+
+
+def test_task_gets_its_own_settings_only():
+    config = tiny_config()
+    task = build_task(config)
+    assert (task.min_digits, task.max_digits, task.seed) == (1, 2, config.seed)
+
+
+def test_algorithm_from_config_and_a_setting_it_does_not_take():
+    config = tiny_config()
+    assert build_algorithm(config).aggregation == "token-mean"
+    config.algorithm.unlock()
+    config.algorithm.tau = 0.5
+    with pytest.raises(ValueError, match="do not fit algorithm.name='grpo'"):
+        build_algorithm(config)
+
+
+@pytest.mark.parametrize(
+    "key,value,match",
+    [
+        ("rollout.n_samples", 1, "at least 2 samples"),
+        ("train.steps", 0, "train.steps=0"),
+        ("rollout.max_new_tokens", 0, "max_new_tokens=0"),
+    ],
+)
+def test_validate_config_names_the_key(key, value, match):
+    config = tiny_config()
+    section, field = key.split(".")
+    config[section][field] = value
+    with pytest.raises(ValueError, match=match):
+        validate_config(config)
