@@ -123,7 +123,7 @@ def bench_torch(args, path, tokens, mask) -> dict:
     out = {}
 
     def rollout():
-        with torch.inference_mode():
+        with torch.no_grad():  # not inference_mode: the update step reuses the sequences
             return model.generate(
                 input_ids=ids,
                 attention_mask=attn,
