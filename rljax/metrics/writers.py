@@ -35,7 +35,7 @@ class MetricsWriter:
         self._file = open(self.path, "a", encoding="utf-8")
         self._tb = None
         if tensorboard:
-            from tensorboardX import SummaryWriter  # noqa: PLC0415 (optional, slow import)
+            from tensorboardX import SummaryWriter  # optional and slow to import
 
             self._tb = SummaryWriter(os.path.join(run_dir, "tensorboard"))
 

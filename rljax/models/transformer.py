@@ -46,7 +46,7 @@ class KVCache:
 def init_cache(config: TransformerConfig, batch_size: int, max_len: int) -> KVCache:
     """An empty cache with room for `max_len` tokens per row."""
     shape = (batch_size, max_len, config.n_kv_heads, config.resolved_head_dim)
-    zeros = lambda: jnp.zeros(shape, config.compute_dtype)  # noqa: E731
+    zeros = lambda: jnp.zeros(shape, config.compute_dtype)
     return KVCache(
         keys=tuple(zeros() for _ in range(config.n_layers)),
         values=tuple(zeros() for _ in range(config.n_layers)),

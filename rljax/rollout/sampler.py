@@ -112,7 +112,7 @@ def generate(
         rng, key = jax.random.split(carry["rng"])
         token, sampling_lp, policy_lp = sample_token(key, carry["logits"], sampling)
         token = jnp.where(live, token, pad_id)
-        write = lambda buf, col: jax.lax.dynamic_update_slice(buf, col[:, None], (0, t))  # noqa
+        write = lambda buf, col: jax.lax.dynamic_update_slice(buf, col[:, None], (0, t))
         hidden, cache = model.hidden_states(
             token[:, None], carry["position"][:, None], live[:, None], carry["cache"]
         )

