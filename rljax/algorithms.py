@@ -1,11 +1,20 @@
-"""Named algorithms: a transform chain plus an objective."""
+"""Named algorithms: a transform chain plus an objective, a few lines each."""
 
 from typing import NamedTuple
 
 from rljax.advantages.group import group_advantages
+from rljax.advantages.optimal_baseline import length_weighted_baseline_advantages
+from rljax.advantages.pass_at_k import pass_at_k_group_advantages
+from rljax.advantages.reinforce_pp import batch_whitened_advantages
+from rljax.advantages.rloo import leave_one_out_advantages
 from rljax.core.objective import Objective, sum_objectives
 from rljax.core.transform import Transform, chain
+from rljax.filters import dynamic_sampling, overlong_filter, overlong_punishment
+from rljax.objectives.cispo import cispo as cispo_objective
 from rljax.objectives.entropy import entropy_bonus
+from rljax.objectives.gpg import gpg as gpg_objective
+from rljax.objectives.gspo import gspo as gspo_objective
+from rljax.objectives.gspo import gspo_token
 from rljax.objectives.kl import kl_loss
 from rljax.objectives.surrogate import ppo_clip
 
@@ -20,6 +29,40 @@ class Algorithm(NamedTuple):
     transform: Transform
     objective: Objective
     aggregation: str = "token-mean"
+
+
+def _with_regularizers(
+    main: Objective,
+    aggregation: str,
+    max_len: int | None,
+    kl_coef: float,
+    kl_estimator: str,
+    entropy_coef: float,
+) -> Objective:
+    """`main` plus the KL(pi || ref) loss and entropy bonus when their coefficients are non-zero."""
+    terms = [main]
+    if kl_coef:
+        terms.append(kl_loss(kl_coef, kl_estimator, aggregation, max_len))
+    if entropy_coef:
+        terms.append(entropy_bonus(entropy_coef, aggregation, max_len))
+    return sum_objectives(*terms)
+
+
+def _ppo(
+    advantages: Transform,
+    clip_eps: float,
+    clip_eps_high: float | None,
+    kl_coef: float,
+    kl_estimator: str,
+    entropy_coef: float,
+    aggregation: str,
+    max_len: int | None,
+) -> Algorithm:
+    """An advantage transform + the PPO clipped surrogate (+ KL, entropy)."""
+    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    main = ppo_clip(clip_eps, eps_high, aggregation=aggregation, max_len=max_len)
+    objective = _with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
+    return Algorithm(chain(advantages), objective, aggregation)
 
 
 def grpo(
@@ -44,7 +87,7 @@ def grpo(
       clip_eps: lower (and, by default, upper) clip range.
       clip_eps_high: upper clip range; None means clip_eps.
       kl_coef: coefficient of the KL(pi || ref) loss.
-      kl_estimator: KL estimator ("k1", "k2", "k3").
+      kl_estimator: KL estimator ("k1", "k2", "k3", "low_var_kl").
       entropy_coef: entropy bonus coefficient.
       normalize_std: divide group-centred rewards by the group std.
       aggregation: loss aggregation mode, shared by all loss terms.
@@ -53,11 +96,208 @@ def grpo(
     Returns:
       An `Algorithm`.
     """
-    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
-    terms = [ppo_clip(clip_eps, eps_high, aggregation=aggregation, max_len=max_len)]
-    if kl_coef:
-        terms.append(kl_loss(kl_coef, kl_estimator, aggregation, max_len))
-    if entropy_coef:
-        terms.append(entropy_bonus(entropy_coef, aggregation, max_len))
-    transform = chain(group_advantages(group_size, normalize_std=normalize_std))
-    return Algorithm(transform, sum_objectives(*terms), aggregation)
+    advantages = group_advantages(group_size, normalize_std=normalize_std)
+    return _ppo(
+        advantages,
+        clip_eps,
+        clip_eps_high,
+        kl_coef,
+        kl_estimator,
+        entropy_coef,
+        aggregation,
+        max_len,
+    )
+
+
+def dr_grpo(group_size: int, max_len: int, clip_eps: float = 0.2, **kwargs) -> Algorithm:
+    """Dr. GRPO ("Understanding R1-Zero-Like Training: A Critical Perspective", arXiv
+    2503.20783): no std normalisation and the constant normaliser max_len (the generation
+    budget). Other arguments as `grpo`."""
+    return grpo(
+        group_size,
+        clip_eps,
+        normalize_std=False,
+        aggregation="seq-mean-token-sum-norm",
+        max_len=max_len,
+        **kwargs,
+    )
+
+
+def dapo(
+    group_size: int,
+    cache_len: int,
+    max_len: int | None = None,
+    clip_eps_low: float = 0.2,
+    clip_eps_high: float = 0.28,
+    eos_id: int | None = None,
+    penalty_factor: float = 1.0,
+    entropy_coef: float = 0.0,
+) -> Algorithm:
+    """DAPO ("DAPO: An Open-Source LLM Reinforcement Learning System at Scale", arXiv
+    2503.14476): dynamic-sampling filter, soft overlong punishment (and overlong filtering when
+    `eos_id` is given), GRPO advantages, clip-higher PPO with token-mean aggregation, no KL.
+
+    The filter sees the unshaped rewards (DAPO filters on accuracy); the shaping runs before the
+    advantages. Refilling the batch with new groups is the driver's job (not done yet: filtered
+    groups are masked out).
+    """
+    stages = [dynamic_sampling(group_size)]
+    if eos_id is not None:
+        stages.append(overlong_filter(eos_id))
+    stages += [
+        overlong_punishment(cache_len, max_len, penalty_factor),
+        group_advantages(group_size),
+    ]
+    main = ppo_clip(clip_eps_low, clip_eps_high, aggregation="token-mean")
+    objective = _with_regularizers(main, "token-mean", None, 0.0, "k3", entropy_coef)
+    return Algorithm(chain(*stages), objective, "token-mean")
+
+
+def gspo(
+    group_size: int,
+    eps_low: float = 3e-4,
+    eps_high: float = 4e-4,
+    token_level: bool = False,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "low_var_kl",
+    entropy_coef: float = 0.0,
+) -> Algorithm:
+    """GSPO ("Group Sequence Policy Optimization", arXiv 2507.18071): GRPO advantages with a
+    length-normalised sequence-level importance ratio; `token_level` gives GSPO-token."""
+    aggregation = "seq-mean-token-mean"
+    main = (gspo_token if token_level else gspo_objective)(eps_low, eps_high, aggregation)
+    objective = _with_regularizers(main, aggregation, None, kl_coef, kl_estimator, entropy_coef)
+    return Algorithm(chain(group_advantages(group_size)), objective, aggregation)
+
+
+def cispo(
+    group_size: int,
+    eps_high: float = 0.2,
+    eps_low: float | None = None,
+    aggregation: str = "token-mean",
+    max_len: int | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "low_var_kl",
+    entropy_coef: float = 0.0,
+) -> Algorithm:
+    """CISPO (MiniMax-M1 report, arXiv 2506.13585): GRPO advantages + REINFORCE with a clipped,
+    stop-gradient importance weight, so no token's gradient is dropped."""
+    main = cispo_objective(eps_high, eps_low, aggregation, max_len)
+    objective = _with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
+    return Algorithm(chain(group_advantages(group_size)), objective, aggregation)
+
+
+def gpg(
+    group_size: int,
+    valid_group_scaling: bool = True,
+    aggregation: str = "token-mean",
+    max_len: int | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "low_var_kl",
+    entropy_coef: float = 0.0,
+) -> Algorithm:
+    """GPG ("GPG: A Simple and Strong Reinforcement Learning Baseline for Model Reasoning",
+    arXiv 2504.02546): group-centred rewards (no std) + plain policy gradient, no ratio or clip."""
+    main = gpg_objective(aggregation, max_len, valid_group_scaling, group_size)
+    objective = _with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
+    advantages = group_advantages(group_size, normalize_std=False)
+    return Algorithm(chain(advantages), objective, aggregation)
+
+
+def rloo(
+    group_size: int,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k3",
+    entropy_coef: float = 0.0,
+    aggregation: str = "token-mean",
+    max_len: int | None = None,
+) -> Algorithm:
+    """RLOO leave-one-out advantages ("Back to Basics: Revisiting REINFORCE Style Optimization
+    for Learning from Human Feedback in LLMs", arXiv 2402.14740) + PPO clip."""
+    return _ppo(
+        leave_one_out_advantages(group_size),
+        clip_eps,
+        clip_eps_high,
+        kl_coef,
+        kl_estimator,
+        entropy_coef,
+        aggregation,
+        max_len,
+    )
+
+
+def reinforce_pp(
+    group_size: int | None = None,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k3",
+    entropy_coef: float = 0.0,
+    aggregation: str = "token-mean",
+    max_len: int | None = None,
+) -> Algorithm:
+    """REINFORCE++ ("REINFORCE++: A Simple and Efficient Approach for Aligning Large Language
+    Models", arXiv 2501.03262): rewards whitened over the whole batch + PPO clip. With a
+    `group_size`, the group mean is subtracted first (REINFORCE++-baseline)."""
+    return _ppo(
+        batch_whitened_advantages(group_size),
+        clip_eps,
+        clip_eps_high,
+        kl_coef,
+        kl_estimator,
+        entropy_coef,
+        aggregation,
+        max_len,
+    )
+
+
+def opo(
+    group_size: int,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k3",
+    entropy_coef: float = 0.0,
+    aggregation: str = "token-mean",
+    max_len: int | None = None,
+) -> Algorithm:
+    """OPO's length-weighted optimal baseline ("On-Policy RL with Optimal Reward Baseline",
+    arXiv 2505.23585) + PPO clip."""
+    return _ppo(
+        length_weighted_baseline_advantages(group_size),
+        clip_eps,
+        clip_eps_high,
+        kl_coef,
+        kl_estimator,
+        entropy_coef,
+        aggregation,
+        max_len,
+    )
+
+
+def pass_at_k(
+    group_size: int,
+    k: int,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k3",
+    entropy_coef: float = 0.0,
+    aggregation: str = "token-mean",
+    max_len: int | None = None,
+) -> Algorithm:
+    """Pass@k training ("Pass@k Training for Adaptively Balancing Exploration and Exploitation
+    of Large Reasoning Models", arXiv 2508.10751): analytical pass@k group advantages for
+    binary rewards + PPO clip."""
+    return _ppo(
+        pass_at_k_group_advantages(group_size, k),
+        clip_eps,
+        clip_eps_high,
+        kl_coef,
+        kl_estimator,
+        entropy_coef,
+        aggregation,
+        max_len,
+    )

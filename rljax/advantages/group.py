@@ -59,7 +59,7 @@ def grpo_advantages(
     return centered.reshape(b)
 
 
-def _masked_stats(x: jax.Array, mask: jax.Array, prefix: str) -> Metrics:
+def masked_stats(x: jax.Array, mask: jax.Array, prefix: str) -> Metrics:
     """Mean, std, min and max of x over mask; all 0 when the mask is empty."""
     any_valid = mask.any()
     n = jnp.maximum(mask.sum(), 1)
@@ -110,7 +110,7 @@ def group_advantages(
         mask = batch.completion_mask
         token_adv = adv[:, None] * mask.astype(adv.dtype)
         groups = batch.rewards.reshape(-1, group_size)
-        metrics = _masked_stats(token_adv, mask, "advantages")
+        metrics = masked_stats(token_adv, mask, "advantages")
         metrics["advantages/zero_std_frac"] = jnp.mean(
             jnp.all(groups == groups[:, :1], axis=1).astype(jnp.float32)
         )

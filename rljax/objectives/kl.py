@@ -8,10 +8,12 @@ from rljax.core.batch import Batch
 from rljax.core.objective import Objective
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
-KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_ESTIMATORS = ("k1", "k2", "k3", "low_var_kl")
 
 # |log ratio| is clamped here before exp so padded or stale tokens cannot overflow (as verl does).
 _MAX_LOG_RATIO = 20.0
+# "low_var_kl" clamps its k3 value to [-_MAX_LOW_VAR_KL, _MAX_LOW_VAR_KL] (verl's kl_penalty).
+_MAX_LOW_VAR_KL = 10.0
 
 
 def _check_estimator(estimator: str) -> None:
@@ -28,9 +30,13 @@ def kl_penalty(logprobs: jax.Array, ref_logprobs: jax.Array, estimator: str) -> 
     Divergence", joschu.net/blog/kl-approx.html):
       "k1": x                          unbiased, can be negative.
       "k2": x**2 / 2                   biased, >= 0, low variance.
-      "k3": exp(-x) - 1 + x            i.e. ref/pi - 1 - log(ref/pi); unbiased, >= 0
-                                       (verl's "low_var_kl", before its clamp).
-    For k3, x is clamped to [-20, 20] before exp.
+      "k3": exp(-x) - 1 + x            i.e. ref/pi - 1 - log(ref/pi); unbiased, >= 0.
+      "low_var_kl": clip(k3, -10, 10)  verl's "low_var_kl": k3 with its value clamped, so
+                                       one token far off the reference (x < about -2.5 or
+                                       x > 11) cannot dominate the loss; the clamped
+                                       tokens get zero gradient. k3 >= 0, so only the
+                                       upper bound is ever active.
+    For k3 and low_var_kl, x is clamped to [-20, 20] before exp.
 
     Args:
       logprobs: [B, T] log-probs of the sampled tokens under pi.
@@ -54,7 +60,10 @@ def kl_penalty(logprobs: jax.Array, ref_logprobs: jax.Array, estimator: str) -> 
     if estimator == "k2":
         return 0.5 * x**2
     x = jnp.clip(x, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-    return jnp.exp(-x) - 1.0 + x
+    k3 = jnp.exp(-x) - 1.0 + x
+    if estimator == "low_var_kl":
+        return jnp.clip(k3, -_MAX_LOW_VAR_KL, _MAX_LOW_VAR_KL)
+    return k3
 
 
 def kl_loss(
@@ -71,7 +80,7 @@ def kl_loss(
 
     Args:
       coef: KL coefficient beta (>= 0).
-      estimator: one of `KL_ESTIMATORS`.
+      estimator: one of `KL_ESTIMATORS` ("low_var_kl" is verl's default for the KL loss).
       aggregation: loss aggregation mode.
       max_len: normaliser for "seq-mean-token-sum-norm".
 

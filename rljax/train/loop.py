@@ -148,7 +148,7 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         records.append({"step": step, **writer.write(step, metrics)})
 
     data = prompt_batches(prompts.dataset(task, "train", seed=config.seed), t.prompts_per_step)
-    rng, keep_reference = jax.random.PRNGKey(config.seed), config.algorithm.kl_coef > 0
+    rng, keep_reference = jax.random.PRNGKey(config.seed), config.algorithm.get("kl_coef", 0) > 0
     start = checkpointer.latest_step()
     if start is None:
         if config.sft.steps > 0:

@@ -23,8 +23,11 @@ def reference(logp, ref, estimator):
             elif estimator == "k2":
                 out[i, j] = 0.5 * x * x
             else:
-                ratio = np.exp(float(ref[i, j]) - float(logp[i, j]))  # ref / pi
-                out[i, j] = ratio - 1.0 - np.log(ratio)
+                log_ratio = min(max(float(ref[i, j]) - float(logp[i, j]), -20.0), 20.0)
+                ratio = np.exp(log_ratio)  # ref / pi
+                out[i, j] = ratio - 1.0 - log_ratio
+                if estimator == "low_var_kl":
+                    out[i, j] = min(max(out[i, j], -10.0), 10.0)
     return out
 
 
@@ -43,7 +46,30 @@ def test_hand_values():
     )
 
 
-@pytest.mark.parametrize("estimator", ["k2", "k3"])
+def test_low_var_kl_hand_values_and_clamp():
+    # x = log pi - log ref. k3(x) = exp(-x) - 1 + x:
+    #   x = 0.5  -> exp(-0.5) - 0.5 = 0.1065 (no clamp, equals k3)
+    #   x = -2   -> e^2 - 3 = 4.389 (no clamp)
+    #   x = -3   -> e^3 - 4 = 16.09 -> clamped to 10
+    #   x = 12   -> exp(-12) + 11 = 11.000006 -> clamped to 10
+    #   x = -25  -> log ratio clamped to -20 first: k3 = e^20 - 21 (finite), then 10
+    x = jnp.array([[0.5, -2.0, -3.0, 12.0, -25.0]])
+    zeros = jnp.zeros_like(x)
+    out = jax.jit(kl_penalty, static_argnums=2)(x, zeros, "low_var_kl")
+    np.testing.assert_allclose(
+        out, [[np.exp(-0.5) - 0.5, np.e**2 - 3.0, 10.0, 10.0, 10.0]], rtol=1e-6
+    )
+    k3 = np.asarray(kl_penalty(x, zeros, "k3"))
+    np.testing.assert_allclose(k3[0, 2], np.e**3 - 4.0, rtol=1e-6)
+    np.testing.assert_allclose(k3[0, 4], np.exp(20.0) - 21.0, rtol=1e-5)  # x clamped to -20
+    # Clamped tokens get zero gradient; unclamped ones d k3 / dx = 1 - exp(-x).
+    grad = jax.grad(lambda lp: kl_penalty(lp, zeros, "low_var_kl").sum())(x)
+    np.testing.assert_allclose(
+        grad, [[1 - np.exp(-0.5), 1 - np.e**2, 0.0, 0.0, 0.0]], rtol=1e-6, atol=1e-7
+    )
+
+
+@pytest.mark.parametrize("estimator", ["k2", "k3", "low_var_kl"])
 def test_nonnegative_and_zero_at_equality(estimator):
     x = jnp.linspace(-15.0, 15.0, 61).reshape(1, -1)
     assert np.all(np.asarray(kl_penalty(x, jnp.zeros_like(x), estimator)) >= 0)
@@ -61,6 +87,7 @@ def test_unbiased_on_categorical_by_enumeration():
     }
     np.testing.assert_allclose(expect["k1"], true_kl, rtol=1e-5)
     np.testing.assert_allclose(expect["k3"], true_kl, rtol=1e-5)
+    np.testing.assert_allclose(expect["low_var_kl"], true_kl, rtol=1e-5)  # clamp inactive
     assert abs(expect["k2"] - true_kl) > 0.01  # k2 is biased
 
 
@@ -117,8 +144,8 @@ def test_kl_reward_penalty(estimator):
 
 
 def test_errors():
-    with pytest.raises(ValueError, match=r"valid estimators: \['k1', 'k2', 'k3'\]"):
-        kl_penalty(jnp.zeros((1, 1)), jnp.zeros((1, 1)), "low_var_kl")
+    with pytest.raises(ValueError, match=r"valid estimators: \['k1', 'k2', 'k3', 'low_var_kl'\]"):
+        kl_penalty(jnp.zeros((1, 1)), jnp.zeros((1, 1)), "k4")
     with pytest.raises(ValueError, match="differ in shape"):
         kl_penalty(jnp.zeros((1, 2)), jnp.zeros((1, 1)), "k1")
     with pytest.raises(ValueError, match="valid estimators"):

@@ -1,0 +1,15 @@
+"""OPO: length-weighted optimal baseline + PPO clip; the addition task of grpo_addition.py.
+
+python -m launchers.train --config=configs/opo_addition.py
+"""
+
+from ml_collections import ConfigDict
+
+from configs.grpo_addition import get_config as _base
+
+
+def get_config() -> ConfigDict:
+    config = _base()
+    config.run_dir = "runs/opo_addition"
+    config.algorithm = ConfigDict(dict(name="opo", clip_eps=0.2))
+    return config

@@ -1,0 +1,116 @@
+"""GPG: the plain policy-gradient loss -A * log pi, with no ratio and no clip."""
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from rljax.core.aggregation import aggregate, check_aggregation_mode
+from rljax.core.batch import Batch, check_groups
+from rljax.core.objective import Objective
+
+
+def valid_group_scale(rewards: jax.Array, group_size: int) -> jax.Array:
+    """GPG's batch-scaling correction alpha = B / B_valid.
+
+    B_valid counts the samples in groups whose rewards are not all equal (the groups
+    with a learning signal; a group of all-equal rewards has zero group-relative
+    advantage). alpha is 1 when no group is valid (the loss is then zero anyway).
+
+    Args:
+      rewards: [B] or [B, K] rewards, laid out as B/G contiguous groups; a
+        [B, K] group is valid if any of its K dimensions varies.
+      group_size: G, samples per prompt.
+
+    Returns:
+      A float32 scalar alpha >= 1.
+
+    Raises:
+      ValueError: if G < 1 or G does not divide B.
+    """
+    if rewards.ndim not in (1, 2):
+        raise ValueError(f"rewards has shape {rewards.shape}, expected [B] or [B, K]")
+    b = rewards.shape[0]
+    if group_size < 1:
+        raise ValueError(f"group_size={group_size} must be a positive int")
+    if b % group_size:
+        raise ValueError(f"group_size={group_size} does not divide batch {b}")
+    groups = rewards.reshape(b // group_size, group_size, -1)
+    varies = jnp.any(groups != groups[:, :1], axis=(1, 2))  # [B/G]
+    b_valid = varies.sum() * group_size
+    return jnp.where(b_valid > 0, b / jnp.maximum(b_valid, 1).astype(jnp.float32), 1.0).astype(
+        jnp.float32
+    )
+
+
+def gpg(
+    aggregation: str = "token-mean",
+    max_len: int | None = None,
+    valid_group_scaling: bool = False,
+    group_size: int | None = None,
+) -> Objective:
+    """GPG's plain policy-gradient loss, -A * log pi, with no ratio and no clip.
+
+    Chu et al. 2025, "GPG: A Simple and Strong Reinforcement Learning Baseline for
+    Model Reasoning", arXiv 2504.02546.
+
+    Per token, loss_t = -A_t * log pi_new(y_t), with A = `batch.advantages`: the
+    REINFORCE gradient -A * grad log pi, with no importance ratio and no clipping,
+    so it is exact only on-policy (one update per rollout). Aggregated with
+    `batch.loss_weights`; the paper's loss is the token mean ("token-mean"). GPG's
+    advantage is the group-centred reward r - mean_g(r) without std division
+    (`group_advantages(G, normalize_std=False)`).
+
+    With `valid_group_scaling`, the loss is multiplied by alpha = B / B_valid
+    (`valid_group_scale`), B_valid the number of samples in groups whose rewards
+    vary: the paper's "accurate gradient estimation", which undoes the dilution of
+    the batch mean by zero-advantage (all-correct / all-wrong) groups. alpha is
+    computed from `batch.rewards` and carries no gradient. Notes: verl's GPG
+    advantage estimator instead uses alpha = B / (number of non-zero rewards);
+    with gradient accumulation alpha is computed per micro-batch, not over the
+    whole batch; and do not combine it with `rljax.filters.dynamic_sampling`,
+    which already removes those groups from the token-mean denominator.
+
+    The reported "gpg/loss" is a surrogate whose gradient is the policy gradient;
+    its value scales with the log-probs and is not an objective value.
+
+    Metrics ("gpg/..."): "loss"; "alpha" (only with `valid_group_scaling`);
+    "logprob_mean", token mean of new_logprobs over valid tokens.
+
+    Args:
+      aggregation: loss aggregation mode (see `rljax.core.aggregation.aggregate`).
+      max_len: normaliser for "seq-mean-token-sum-norm".
+      valid_group_scaling: multiply the loss by alpha = B / B_valid.
+      group_size: G, samples per prompt; required with `valid_group_scaling`.
+
+    Returns:
+      An `Objective`.
+
+    Raises:
+      ValueError: for an invalid aggregation, or `valid_group_scaling` without a
+        `group_size` >= 2.
+    """
+    check_aggregation_mode(aggregation, max_len)
+    if valid_group_scaling and (group_size is None or group_size < 2):
+        raise ValueError(
+            f"valid_group_scaling needs group_size >= 2 (samples per prompt), got {group_size}"
+        )
+
+    def objective(new_logprobs: jax.Array, new_entropy: jax.Array, batch: Batch):
+        del new_entropy
+        chex.assert_rank(new_logprobs, 2)
+        chex.assert_equal_shape([new_logprobs, batch.advantages, batch.loss_weights])
+        per_token = -batch.advantages * new_logprobs
+        loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
+        metrics = {}
+        if valid_group_scaling:
+            check_groups(batch.group_id, group_size)
+            alpha = jax.lax.stop_gradient(valid_group_scale(batch.rewards, group_size))
+            loss = alpha * loss
+            metrics["gpg/alpha"] = alpha
+        metrics["gpg/loss"] = loss
+        metrics["gpg/logprob_mean"] = aggregate(
+            new_logprobs, batch.completion_mask.astype(jnp.float32), "token-mean"
+        )
+        return loss, metrics
+
+    return objective
