@@ -4,7 +4,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rljax.core.batch import Batch, check_groups
+from rljax.core.batch import Batch, check_groups, check_sequence_rewards, equal_reward_fraction
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
 
@@ -100,20 +100,13 @@ def group_advantages(
 
     def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
         del ctx
-        if batch.rewards.ndim != 1:
-            raise ValueError(
-                f"group_advantages needs [B] rewards, got {batch.rewards.shape}; reduce [B, K] "
-                "rewards to one dimension first"
-            )
+        check_sequence_rewards(batch.rewards, "group_advantages")
         check_groups(batch.group_id, group_size)
         adv = grpo_advantages(batch.rewards, group_size, normalize_std, unbiased_std, eps)
         mask = batch.completion_mask
         token_adv = adv[:, None] * mask.astype(adv.dtype)
-        groups = batch.rewards.reshape(-1, group_size)
         metrics = masked_stats(token_adv, mask, "advantages")
-        metrics["advantages/zero_std_frac"] = jnp.mean(
-            jnp.all(groups == groups[:, :1], axis=1).astype(jnp.float32)
-        )
+        metrics["advantages/zero_std_frac"] = equal_reward_fraction(batch.rewards, group_size)
         return batch.replace(advantages=token_adv), metrics
 
     return stateless(fn)

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rljax.advantages.group import masked_stats
-from rljax.core.batch import Batch, check_groups
+from rljax.core.batch import Batch, check_groups, check_sequence_rewards, equal_reward_fraction
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
 
@@ -82,11 +82,7 @@ def length_weighted_baseline_advantages(group_size: int) -> Transform:
 
     def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
         del ctx
-        if batch.rewards.ndim != 1:
-            raise ValueError(
-                f"length_weighted_baseline_advantages needs [B] rewards, got "
-                f"{batch.rewards.shape}; reduce [B, K] rewards to one dimension first"
-            )
+        check_sequence_rewards(batch.rewards, "length_weighted_baseline_advantages")
         check_groups(batch.group_id, group_size)
         mask = batch.completion_mask
         lengths = mask.sum(axis=1)
@@ -98,9 +94,7 @@ def length_weighted_baseline_advantages(group_size: int) -> Transform:
         baseline = jnp.where(total > 0, (w * groups).sum(axis=1) / jnp.maximum(total, 1.0), 0.0)
         metrics = masked_stats(token_adv, mask, "opo/advantages")
         metrics["opo/baseline_mean"] = baseline.mean()
-        metrics["opo/zero_std_frac"] = jnp.mean(
-            jnp.all(groups == groups[:, :1], axis=1).astype(jnp.float32)
-        )
+        metrics["opo/zero_std_frac"] = equal_reward_fraction(batch.rewards, group_size)
         return batch.replace(advantages=token_adv), metrics
 
     return stateless(fn)

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rljax.advantages.group import masked_stats
-from rljax.core.batch import Batch, check_groups
+from rljax.core.batch import Batch, check_groups, check_sequence_rewards
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
 
@@ -166,11 +166,7 @@ def pass_at_k_group_advantages(group_size: int, k: int) -> Transform:
 
     def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
         del ctx
-        if batch.rewards.ndim != 1:
-            raise ValueError(
-                f"pass_at_k_group_advantages needs [B] rewards, got {batch.rewards.shape}; "
-                "reduce [B, K] rewards to one dimension first"
-            )
+        check_sequence_rewards(batch.rewards, "pass_at_k_group_advantages")
         check_groups(batch.group_id, group_size)
         adv = pass_at_k_advantages(batch.rewards, group_size, k)
         values = pass_at_k_values(batch.rewards, group_size, k)

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from rljax.advantages.group import masked_stats
-from rljax.core.batch import Batch, check_groups
+from rljax.core.batch import Batch, check_groups, check_sequence_rewards
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
 
@@ -118,11 +118,7 @@ def batch_whitened_advantages(group_size: int | None = None, eps: float = 1e-6) 
 
     def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
         del ctx
-        if batch.rewards.ndim != 1:
-            raise ValueError(
-                f"batch_whitened_advantages needs [B] rewards, got {batch.rewards.shape}; "
-                "reduce [B, K] rewards to one dimension first"
-            )
+        check_sequence_rewards(batch.rewards, "batch_whitened_advantages")
         if group_size is not None:
             check_groups(batch.group_id, group_size)
         mask = batch.completion_mask

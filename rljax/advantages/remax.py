@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from rljax.advantages.group import masked_stats
-from rljax.core.batch import Batch
+from rljax.core.batch import Batch, check_sequence_rewards
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
 BASELINE_KEY = "baseline_reward"
@@ -57,11 +57,7 @@ def greedy_baseline_advantages(baseline_key: str = BASELINE_KEY) -> Transform:
 
     def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
         del ctx
-        if batch.rewards.ndim != 1:
-            raise ValueError(
-                f"greedy_baseline_advantages needs [B] rewards, got {batch.rewards.shape}; "
-                "reduce [B, K] rewards to one dimension first"
-            )
+        check_sequence_rewards(batch.rewards, "greedy_baseline_advantages")
         if baseline_key not in batch.extras:
             raise ValueError(
                 f"ReMax needs batch.extras[{baseline_key!r}]: the [B] reward of the greedy "

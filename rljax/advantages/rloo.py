@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from rljax.advantages.group import masked_stats
-from rljax.core.batch import Batch, check_groups
+from rljax.core.batch import Batch, check_groups, check_sequence_rewards, equal_reward_fraction
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
 
@@ -73,20 +73,13 @@ def leave_one_out_advantages(group_size: int) -> Transform:
 
     def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
         del ctx
-        if batch.rewards.ndim != 1:
-            raise ValueError(
-                f"leave_one_out_advantages needs [B] rewards, got {batch.rewards.shape}; reduce "
-                "[B, K] rewards to one dimension first"
-            )
+        check_sequence_rewards(batch.rewards, "leave_one_out_advantages")
         check_groups(batch.group_id, group_size)
         adv = rloo_advantages(batch.rewards, group_size)
         mask = batch.completion_mask
         token_adv = adv[:, None] * mask.astype(adv.dtype)
-        groups = batch.rewards.reshape(-1, group_size)
         metrics = masked_stats(token_adv, mask, "rloo/advantages")
-        metrics["rloo/zero_std_frac"] = jnp.mean(
-            jnp.all(groups == groups[:, :1], axis=1).astype(jnp.float32)
-        )
+        metrics["rloo/zero_std_frac"] = equal_reward_fraction(batch.rewards, group_size)
         return batch.replace(advantages=token_adv), metrics
 
     return stateless(fn)

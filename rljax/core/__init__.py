@@ -6,7 +6,13 @@ from rljax.core.aggregation import (
     aggregation_denominator,
     check_aggregation_mode,
 )
-from rljax.core.batch import Batch, check_groups, make_batch
+from rljax.core.batch import (
+    Batch,
+    check_groups,
+    check_sequence_rewards,
+    equal_reward_fraction,
+    make_batch,
+)
 from rljax.core.objective import Objective, sum_objectives
 from rljax.core.state import TrainState, init_train_state
 from rljax.core.transform import Context, Metrics, State, Transform, chain, merge_metrics, stateless
@@ -25,6 +31,8 @@ __all__ = [
     "chain",
     "check_aggregation_mode",
     "check_groups",
+    "check_sequence_rewards",
+    "equal_reward_fraction",
     "init_train_state",
     "make_batch",
     "merge_metrics",

@@ -182,3 +182,18 @@ def check_groups(group_id: jax.Array, group_size: int) -> None:
             f"groups {g} and {g + 1} share group id {rows[g, 0]}: with group_size="
             f"{group_size} each prompt must fill exactly one contiguous group"
         )
+
+
+def check_sequence_rewards(rewards: jax.Array, who: str) -> None:
+    """Raises unless `rewards` is [B]: `who` (a transform) needs one reward per sequence."""
+    if rewards.ndim != 1:
+        raise ValueError(
+            f"{who} needs [B] rewards, got {rewards.shape}; reduce [B, K] rewards to one "
+            "dimension first"
+        )
+
+
+def equal_reward_fraction(rewards: jax.Array, group_size: int) -> jax.Array:
+    """Fraction of the B/G groups of [B] `rewards` whose rewards are all equal (no signal)."""
+    groups = rewards.reshape(-1, group_size)
+    return jnp.mean(jnp.all(groups == groups[:, :1], axis=1).astype(jnp.float32))

@@ -6,7 +6,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rljax.core.batch import Batch
+from rljax.core.batch import Batch, check_sequence_rewards
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
 
@@ -152,11 +152,7 @@ def overlong_punishment(
 
     def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
         del ctx
-        if batch.rewards.ndim != 1:
-            raise ValueError(
-                f"overlong_punishment needs [B] rewards, got {batch.rewards.shape}; reduce "
-                "[B, K] rewards to one dimension first"
-            )
+        check_sequence_rewards(batch.rewards, "overlong_punishment")
         l_max = batch.completion_mask.shape[1] if max_len is None else max_len
         lengths = batch.completion_mask.sum(axis=1)
         penalty = soft_overlong_penalty(lengths, l_max, cache_len, penalty_factor)

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 
 from rljax.core.aggregation import aggregate, check_aggregation_mode
-from rljax.core.batch import Batch
+from rljax.core.batch import Batch, check_sequence_rewards
 from rljax.core.objective import Objective
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
@@ -126,11 +126,7 @@ def kl_reward_penalty(coef: float, estimator: str = "k1") -> Transform:
 
     def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
         del ctx
-        if batch.rewards.ndim != 1:
-            raise ValueError(
-                f"kl_reward_penalty needs [B] rewards, got {batch.rewards.shape}; reduce [B, K] "
-                "rewards to one dimension first"
-            )
+        check_sequence_rewards(batch.rewards, "kl_reward_penalty")
         kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, estimator)
         seq_kl = jnp.where(batch.completion_mask, kl, 0.0).sum(axis=1)
         penalty = coef * seq_kl

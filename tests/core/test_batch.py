@@ -5,7 +5,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rljax.core.batch import Batch, check_groups, make_batch
+from rljax.core.batch import (
+    Batch,
+    check_groups,
+    check_sequence_rewards,
+    equal_reward_fraction,
+    make_batch,
+)
 
 
 def tiny_inputs(b=4, p=2, t=3):
@@ -112,3 +118,15 @@ def test_check_groups_under_jit_checks_shape_only():
     jax.jit(lambda g: check_groups(g, 2))(jnp.array([0, 1, 2, 3]))
     with pytest.raises(ValueError, match="does not divide"):
         jax.jit(lambda g: check_groups(g, 3))(jnp.arange(4))
+
+
+def test_check_sequence_rewards_names_the_transform():
+    check_sequence_rewards(jnp.zeros(4), "x")
+    with pytest.raises(ValueError, match=r"my_transform needs \[B\] rewards, got \(4, 2\)"):
+        check_sequence_rewards(jnp.zeros((4, 2)), "my_transform")
+
+
+def test_equal_reward_fraction_counts_constant_groups():
+    rewards = jnp.asarray([1.0, 1.0, 0.0, 1.0, 0.5, 0.5])  # groups of 2: equal, mixed, equal
+    np.testing.assert_allclose(equal_reward_fraction(rewards, 2), 2 / 3)
+    np.testing.assert_allclose(equal_reward_fraction(rewards, 3), 0.0)
