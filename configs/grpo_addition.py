@@ -45,7 +45,16 @@ def get_config() -> ConfigDict:
     config.sft = ConfigDict(dict(steps=800, batch_size=64, learning_rate=1e-3))
 
     config.rollout = ConfigDict(
-        dict(max_new_tokens=5, n_samples=8, temperature=1.0, top_k=0, top_p=1.0)
+        dict(
+            max_new_tokens=5,
+            n_samples=8,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            # Extra prompt batches a step may draw to replace groups whose rewards are all
+            # equal (DAPO's dynamic sampling); 0 keeps the first draw as it is.
+            max_refill_rounds=0,
+        )
     )
 
     config.algorithm = ConfigDict(

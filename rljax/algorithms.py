@@ -2,10 +2,12 @@
 
 from typing import NamedTuple
 
+from rljax.advantages.gae import gae_advantages
 from rljax.advantages.group import group_advantages
 from rljax.advantages.optimal_baseline import length_weighted_baseline_advantages
 from rljax.advantages.pass_at_k import pass_at_k_group_advantages
 from rljax.advantages.reinforce_pp import batch_whitened_advantages
+from rljax.advantages.remax import greedy_baseline_advantages
 from rljax.advantages.rloo import leave_one_out_advantages
 from rljax.core.objective import Objective, sum_objectives
 from rljax.core.transform import Transform, chain
@@ -17,18 +19,34 @@ from rljax.objectives.gspo import gspo as gspo_objective
 from rljax.objectives.gspo import gspo_token
 from rljax.objectives.kl import kl_loss
 from rljax.objectives.surrogate import ppo_clip
+from rljax.objectives.value import ValueLoss, clipped_value_loss
 
 
 class Algorithm(NamedTuple):
     """An RL algorithm: `transform` prepares the batch, `objective` is the loss.
 
-    `aggregation` is the loss aggregation mode its terms share; the update step uses it to weigh
-    micro-batches so gradient accumulation is exact.
+    Attributes:
+      transform: the transform chain run once per rollout batch (rewards -> advantages).
+      objective: the policy loss.
+      aggregation: the loss aggregation mode its terms share; the update step uses it to weigh
+        micro-batches so gradient accumulation is exact.
+      batch_stats: extra per-token statistics of the pre-update policy the transforms read
+        from `batch.extras`, computed by the prepare step (`rljax.train.steps.BATCH_STATS`).
+      value_loss: the critic's loss for algorithms with a learned value function (PPO with
+        GAE), or None; such an algorithm trains with a critic in the train state.
+      greedy_baseline: the driver also decodes each prompt greedily and puts the greedy
+        completion's reward in `batch.extras["baseline_reward"]` (ReMax).
+      needs_reference: the train state keeps a frozen reference policy even without a KL
+        term (DGPO's deviation from the reference).
     """
 
     transform: Transform
     objective: Objective
     aggregation: str = "token-mean"
+    batch_stats: tuple[str, ...] = ()
+    value_loss: ValueLoss | None = None
+    greedy_baseline: bool = False
+    needs_reference: bool = False
 
 
 def _with_regularizers(
@@ -138,8 +156,9 @@ def dapo(
     `eos_id` is given), GRPO advantages, clip-higher PPO with token-mean aggregation, no KL.
 
     The filter sees the unshaped rewards (DAPO filters on accuracy); the shaping runs before the
-    advantages. Refilling the batch with new groups is the driver's job (not done yet: filtered
-    groups are masked out).
+    advantages. Refilling the batch with new groups is the driver's job
+    (`rollout.max_refill_rounds`, see `rljax.train.collect`); groups still all-equal after it are
+    masked out by the filter.
     """
     stages = [dynamic_sampling(group_size)]
     if eos_id is not None:
@@ -301,3 +320,64 @@ def pass_at_k(
         aggregation,
         max_len,
     )
+
+
+def ppo(
+    group_size: int | None = None,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    dual_clip_c: float | None = None,
+    value_coef: float = 0.5,
+    value_clip: float | None = 0.2,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k1",
+    entropy_coef: float = 0.0,
+    aggregation: str = "token-mean",
+    max_len: int | None = None,
+) -> Algorithm:
+    """PPO with a learned critic ("Proximal Policy Optimization Algorithms", arXiv 1707.06347,
+    as applied to language models in "Training language models to follow instructions with
+    human feedback", arXiv 2203.02155): GAE advantages (whitened) from the critic's values,
+    the KL to the reference as a per-token reward penalty, the clipped surrogate (optionally
+    dual-clipped) and the clipped value loss. `group_size` is accepted for a uniform preset
+    signature and unused: GAE needs no groups."""
+    del group_size
+    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    main = ppo_clip(clip_eps, eps_high, dual_clip_c, aggregation, max_len)
+    objective = _with_regularizers(main, aggregation, max_len, 0.0, "k3", entropy_coef)
+    return Algorithm(
+        chain(gae_advantages(gamma, lam, kl_coef=kl_coef, kl_estimator=kl_estimator)),
+        objective,
+        aggregation,
+        value_loss=clipped_value_loss(value_coef, value_clip, aggregation, max_len),
+    )
+
+
+def remax(
+    group_size: int | None = None,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k3",
+    entropy_coef: float = 0.0,
+    aggregation: str = "token-mean",
+    max_len: int | None = None,
+) -> Algorithm:
+    """ReMax ("ReMax: A Simple, Effective, and Efficient Reinforcement Learning Method for
+    Aligning Large Language Models", arXiv 2310.10505): the reward of the policy's greedy
+    completion as baseline, + PPO clip. The driver runs the greedy decoding
+    (`greedy_baseline=True`); `group_size` is unused (the baseline is per prompt)."""
+    del group_size
+    algorithm = _ppo(
+        greedy_baseline_advantages(),
+        clip_eps,
+        clip_eps_high,
+        kl_coef,
+        kl_estimator,
+        entropy_coef,
+        aggregation,
+        max_len,
+    )
+    return algorithm._replace(greedy_baseline=True)

@@ -24,6 +24,8 @@ class TrainState:
       ref_params: frozen reference policy for KL terms, or None.
       transform_state: the states of the algorithm's transforms (schedules, statistics).
       rng: PRNG key; every step folds in `step`, so a resumed run draws the same numbers.
+      critic: value critic parameters (`rljax.train.critic.init_critic`), or None.
+      critic_opt_state: optimizer state of `critic`, or None.
     """
 
     step: jax.Array
@@ -32,6 +34,8 @@ class TrainState:
     ref_params: nnx.State | None
     transform_state: Any
     rng: jax.Array
+    critic: Any = None
+    critic_opt_state: optax.OptState | None = None
 
 
 def init_train_state(
@@ -40,6 +44,7 @@ def init_train_state(
     transform: Transform,
     rng: jax.Array,
     keep_reference: bool = False,
+    critic: Any = None,
 ) -> TrainState:
     """A fresh TrainState at step 0.
 
@@ -49,6 +54,8 @@ def init_train_state(
       transform: the algorithm's transform chain (its `init` gives the transform state).
       rng: PRNG key of the run.
       keep_reference: store a copy of `params` as the frozen reference policy.
+      critic: value critic parameters for algorithms with a value loss (optimised by
+        `optimizer` too, with its own state), or None.
     """
     return TrainState(
         step=jnp.zeros((), jnp.int32),
@@ -57,4 +64,6 @@ def init_train_state(
         ref_params=jax.tree.map(jnp.copy, params) if keep_reference else None,
         transform_state=transform.init(),
         rng=rng,
+        critic=critic,
+        critic_opt_state=None if critic is None else optimizer.init(critic),
     )

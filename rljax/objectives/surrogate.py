@@ -28,6 +28,9 @@ def ppo_clip(
     Deep Reinforcement Learning", arXiv 1912.09729) also bounds the loss of
     A < 0 tokens: loss = min(loss, -c*A). The log-ratio is clamped to
     [-20, 20] before exp. The loss is aggregated with `batch.loss_weights`.
+    A transform may tighten the trust region per row by writing
+    `batch.extras["clip_scale"]` ([B], e.g. GPRL's drift monitor): both clip
+    ranges are multiplied by it.
 
     Metrics, token means over valid (`batch.completion_mask`) tokens:
       "pg/loss": the aggregated loss.
@@ -62,8 +65,10 @@ def ppo_clip(
         adv = batch.advantages
         log_ratio = jnp.clip(new_logprobs - batch.old_logprobs, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
         ratio = jnp.exp(log_ratio)
+        scale = batch.extras.get("clip_scale")
+        scale = 1.0 if scale is None else scale[:, None]
         unclipped = -adv * ratio
-        clipped = -adv * jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
+        clipped = -adv * jnp.clip(ratio, 1.0 - eps_low * scale, 1.0 + eps_high * scale)
         per_token = jnp.maximum(unclipped, clipped)
         valid = batch.completion_mask.astype(jnp.float32)
 

@@ -10,11 +10,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import optax
 from flax import nnx
 from ml_collections import ConfigDict
 
 from rljax import algorithms
+from rljax.core.state import TrainState, init_train_state
 from rljax.data.tasks import Task, get_task
 from rljax.models.config import TransformerConfig
 from rljax.models.fetch import fetch_smollm2
@@ -24,6 +26,7 @@ from rljax.models.hf import load_hf_checkpoint
 from rljax.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from rljax.models.transformer import create_model
 from rljax.rollout.sampling import SamplingParams
+from rljax.train.critic import init_critic
 from rljax.train.steps import RolloutConfig, UpdateConfig
 
 ALGORITHMS = {
@@ -39,6 +42,8 @@ ALGORITHMS = {
         "reinforce_pp",
         "opo",
         "pass_at_k",
+        "ppo",
+        "remax",
     )
 }
 # Models that rljax can fetch itself from the package registry (never from a model hub).
@@ -184,3 +189,35 @@ def build_update_config(config: ConfigDict) -> UpdateConfig:
         microbatches=t.microbatches,
         vocab_chunk=t.vocab_chunk,
     )
+
+
+def build_train_state(
+    config: ConfigDict,
+    model_config: TransformerConfig,
+    params: nnx.State,
+    algorithm: algorithms.Algorithm,
+    optimizer: optax.GradientTransformation,
+) -> tuple[TrainState, nnx.GraphDef | None]:
+    """A fresh TrainState for `algorithm`, and the critic's trunk graph (None if it has none).
+
+    A reference policy is kept when the algorithm has a KL term (`algorithm.kl_coef > 0`) or
+    asks for one (`Algorithm.needs_reference`, e.g. DGPO). An algorithm with a value loss gets a
+    critic: a value head on the policy, or with `critic.separate` a head on a separate copy of
+    the initial policy (built from `model.checkpoint` again).
+    """
+    keep_reference = config.algorithm.get("kl_coef", 0) > 0 or algorithm.needs_reference
+    critic, trunk_graphdef = None, None
+    if algorithm.value_loss is not None:
+        trunk = None
+        if config.get("critic") is not None and config.critic.separate:
+            _, _, trunk_graphdef, trunk = build_policy(config)
+        critic = init_critic(model_config.d_model, trunk)
+    state = init_train_state(
+        params,
+        optimizer,
+        algorithm.transform,
+        jax.random.PRNGKey(config.seed),
+        keep_reference,
+        critic,
+    )
+    return state, trunk_graphdef

@@ -1,12 +1,14 @@
-"""Log-probabilities and entropies of given tokens, computed in chunks over the vocabulary.
+"""Log-probabilities and other next-token statistics, computed in chunks over the vocabulary.
 
 A [B, T, V] float32 logits tensor never exists at once: the output matrix is visited in
-vocabulary chunks with an online log-sum-exp (running max m, sum of exp s, and sum of
-exp * logit u), and each chunk is rematerialised in the backward pass.
-  log p(y) = z_y - (m + log s),   H = (m + log s) - u / s.
+vocabulary chunks with an online log-sum-exp (running max m, sum of exp s, sum of exp * logit
+u and sum of exp^2 q), and each chunk is rematerialised in the backward pass.
+  log p(y) = z_y - (m + log s),   H = (m + log s) - u / s,   sum_v p_v^2 = q / s^2.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import chex
 import jax
@@ -16,8 +18,16 @@ from flax import nnx
 from rljax.models.transformer import positions_from_mask
 
 
+class TokenStats(NamedTuple):
+    """Per-token statistics of next-token distributions, each [B, T] float32."""
+
+    logprobs: jax.Array  # log p(target)
+    entropy: jax.Array  # -sum_v p_v log p_v
+    sum_sq_prob: jax.Array  # sum_v p_v^2 (the collision probability)
+
+
 def _chunk_stats(hidden, head_chunk, targets, offset):
-    """Max, sum-exp (relative to that max), sum exp*logit and the target logit of one chunk."""
+    """Max, sum-exp, sum exp*logit, sum exp^2 (relative to that max) and the target logit."""
     logits = jnp.einsum("btd,dv->btv", hidden, head_chunk, preferred_element_type=jnp.float32)
     m = jnp.max(logits, axis=-1)
     e = jnp.exp(logits - m[..., None])
@@ -26,22 +36,43 @@ def _chunk_stats(hidden, head_chunk, targets, offset):
     picked = jnp.take_along_axis(
         logits, jnp.clip(local, 0, logits.shape[-1] - 1)[..., None], axis=-1
     )[..., 0]
-    return m, e.sum(-1), (e * logits).sum(-1), jnp.where(inside, picked, 0.0)
+    return m, e.sum(-1), (e * logits).sum(-1), (e * e).sum(-1), jnp.where(inside, picked, 0.0)
 
 
 def _merge(acc, chunk):
     """Combines running statistics with a chunk's, rescaling both to the larger max."""
-    m0, s0, u0, t0 = acc
-    m1, s1, u1, t1 = chunk
+    m0, s0, u0, q0, t0 = acc
+    m1, s1, u1, q1, t1 = chunk
     m = jnp.maximum(m0, m1)
     a0, a1 = jnp.exp(m0 - m), jnp.exp(m1 - m)
-    return m, s0 * a0 + s1 * a1, u0 * a0 + u1 * a1, t0 + t1
+    return m, s0 * a0 + s1 * a1, u0 * a0 + u1 * a1, q0 * a0**2 + q1 * a1**2, t0 + t1
 
 
-def token_logprobs_and_entropy(
+def _scan_vocab(chunk_fn, merge_fn, vocab: int, chunk_size: int, *heads: jax.Array):
+    """Folds `chunk_fn(*head_chunks, offset)` over vocabulary chunks with `merge_fn`."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size={chunk_size} must be >= 1")
+    chunk_size = min(chunk_size, vocab)
+    n_full, rest = divmod(vocab, chunk_size)
+    stats = jax.checkpoint(chunk_fn)
+
+    def body(acc, i):
+        offset = i * chunk_size
+        chunks = [jax.lax.dynamic_slice_in_dim(h, offset, chunk_size, axis=1) for h in heads]
+        return merge_fn(acc, stats(*chunks, offset)), None
+
+    acc = stats(*[h[:, :chunk_size] for h in heads], 0)
+    acc, _ = jax.lax.scan(body, acc, jnp.arange(1, n_full))
+    if rest:
+        tail = n_full * chunk_size
+        acc = merge_fn(acc, stats(*[h[:, tail:] for h in heads], tail))
+    return acc
+
+
+def token_stats(
     hidden: jax.Array, head: jax.Array, targets: jax.Array, chunk_size: int = 8192
-) -> tuple[jax.Array, jax.Array]:
-    """log p(targets) and the entropy of the full next-token distribution.
+) -> TokenStats:
+    """log p(targets), entropy and sum of squared probabilities of each next-token distribution.
 
     Args:
       hidden: [B, T, D] final hidden states.
@@ -50,30 +81,116 @@ def token_logprobs_and_entropy(
       chunk_size: vocabulary columns per chunk; V need not be a multiple.
 
     Returns:
-      logprobs [B, T] and entropy [B, T], both float32.
+      `TokenStats` of [B, T] float32 arrays. Statistics a caller does not use cost nothing
+      under jit (dead-code elimination).
     """
     chex.assert_rank([hidden, head, targets], [3, 2, 2])
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size={chunk_size} must be >= 1")
-    vocab = head.shape[1]
-    chunk_size = min(chunk_size, vocab)
-    n_full, rest = divmod(vocab, chunk_size)
-    stats = jax.checkpoint(_chunk_stats)
-
-    def body(acc, i):
-        offset = i * chunk_size
-        chunk = jax.lax.dynamic_slice_in_dim(head, offset, chunk_size, axis=1)
-        return _merge(acc, stats(hidden, chunk, targets, offset)), None
-
-    acc = stats(hidden, head[:, :chunk_size], targets, 0)
-    acc, _ = jax.lax.scan(body, acc, jnp.arange(1, n_full))
-    if rest:
-        acc = _merge(
-            acc, stats(hidden, head[:, n_full * chunk_size :], targets, n_full * chunk_size)
-        )
-    m, s, u, target_logit = acc
+    m, s, u, q, target_logit = _scan_vocab(
+        lambda chunk, offset: _chunk_stats(hidden, chunk, targets, offset),
+        _merge,
+        head.shape[1],
+        chunk_size,
+        head,
+    )
     lse = m + jnp.log(s)
-    return target_logit - lse, lse - u / s
+    return TokenStats(target_logit - lse, lse - u / s, q / (s * s))
+
+
+def token_logprobs_and_entropy(
+    hidden: jax.Array, head: jax.Array, targets: jax.Array, chunk_size: int = 8192
+) -> tuple[jax.Array, jax.Array]:
+    """log p(targets) [B, T] and the entropy [B, T] of each next-token distribution."""
+    stats = token_stats(hidden, head, targets, chunk_size)
+    return stats.logprobs, stats.entropy
+
+
+def _overlap_chunk(hidden_p, hidden_q, head_p, head_q, offset):
+    del offset
+    zp = jnp.einsum("btd,dv->btv", hidden_p, head_p, preferred_element_type=jnp.float32)
+    zq = jnp.einsum("btd,dv->btv", hidden_q, head_q, preferred_element_type=jnp.float32)
+    mp, mq = zp.max(-1), zq.max(-1)
+    cross = jnp.exp(0.5 * ((zp - mp[..., None]) + (zq - mq[..., None]))).sum(-1)
+    return mp, jnp.exp(zp - mp[..., None]).sum(-1), mq, jnp.exp(zq - mq[..., None]).sum(-1), cross
+
+
+def _overlap_merge(acc, chunk):
+    mp0, sp0, mq0, sq0, c0 = acc
+    mp1, sp1, mq1, sq1, c1 = chunk
+    mp, mq = jnp.maximum(mp0, mp1), jnp.maximum(mq0, mq1)
+    ap0, ap1, aq0, aq1 = jnp.exp(mp0 - mp), jnp.exp(mp1 - mp), jnp.exp(mq0 - mq), jnp.exp(mq1 - mq)
+    cross = c0 * jnp.sqrt(ap0 * aq0) + c1 * jnp.sqrt(ap1 * aq1)
+    return mp, sp0 * ap0 + sp1 * ap1, mq, sq0 * aq0 + sq1 * aq1, cross
+
+
+def token_hellinger(
+    hidden_p: jax.Array,
+    head_p: jax.Array,
+    hidden_q: jax.Array,
+    head_q: jax.Array,
+    chunk_size: int = 8192,
+) -> jax.Array:
+    """Squared Hellinger distance 1 - sum_v sqrt(p_v q_v) between two next-token distributions.
+
+    Both policies' logits are visited chunk by chunk (no [B, T, V] tensor); the Bhattacharyya
+    sum is rescaled with the running maxima like the log-sum-exp. The result lies in [0, 1]
+    and is 0 when the two distributions are equal (clamped at 0 against rounding).
+
+    Args:
+      hidden_p, head_p: [B, T, D] hidden states and [D, V] output matrix of the first policy.
+      hidden_q, head_q: the same for the second policy (same T and V; D may differ).
+      chunk_size: vocabulary columns per chunk.
+
+    Returns:
+      [B, T] float32.
+    """
+    chex.assert_rank([hidden_p, head_p, hidden_q, head_q], [3, 2, 3, 2])
+    chex.assert_equal_shape_prefix([hidden_p, hidden_q], 2)
+    if head_p.shape[1] != head_q.shape[1]:
+        raise ValueError(f"vocabularies differ: {head_p.shape[1]} vs {head_q.shape[1]}")
+    _, sp, _, sq, cross = _scan_vocab(
+        lambda cp, cq, offset: _overlap_chunk(hidden_p, hidden_q, cp, cq, offset),
+        _overlap_merge,
+        head_p.shape[1],
+        chunk_size,
+        head_p,
+        head_q,
+    )
+    return jnp.maximum(1.0 - cross / jnp.sqrt(sp * sq), 0.0)
+
+
+class PolicyStates(NamedTuple):
+    """A teacher-forced pass of a policy over prompt + completion."""
+
+    prompt_hidden: jax.Array  # [B, P, D] final hidden states at the prompt tokens
+    completion_hidden: jax.Array  # [B, T, D] the states that predict each completion token
+    head: jax.Array  # [D, V] output matrix
+
+
+def policy_states(
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    prompt_tokens: jax.Array,
+    prompt_mask: jax.Array,
+    completion_tokens: jax.Array,
+    completion_mask: jax.Array,
+) -> PolicyStates:
+    """Runs the policy once over prompt + completion.
+
+    Args:
+      graphdef, params: the policy.
+      prompt_tokens, prompt_mask: [B, P], left-padded.
+      completion_tokens, completion_mask: [B, T].
+
+    Returns:
+      `PolicyStates`.
+    """
+    model = nnx.merge(graphdef, params)
+    tokens = jnp.concatenate([prompt_tokens, completion_tokens], axis=1)
+    mask = jnp.concatenate([prompt_mask, completion_mask], axis=1)
+    hidden, _ = model.hidden_states(tokens, positions_from_mask(mask), mask)
+    p = prompt_tokens.shape[1]
+    # The state after token i predicts token i + 1: states P-1 .. P+T-2 predict the completion.
+    return PolicyStates(hidden[:, :p], hidden[:, p - 1 : -1], model.output_head())
 
 
 def completion_logprobs(
@@ -91,19 +208,15 @@ def completion_logprobs(
       graphdef, params: the policy.
       prompt_tokens, prompt_mask: [B, P], left-padded.
       completion_tokens, completion_mask: [B, T].
-      chunk_size: vocabulary chunk (see `token_logprobs_and_entropy`).
+      chunk_size: vocabulary chunk (see `token_stats`).
 
     Returns:
       logprobs [B, T] and entropy [B, T] of the next-token distributions that produced each
       completion token, zero where `completion_mask` is False.
     """
-    model = nnx.merge(graphdef, params)
-    tokens = jnp.concatenate([prompt_tokens, completion_tokens], axis=1)
-    mask = jnp.concatenate([prompt_mask, completion_mask], axis=1)
-    hidden, _ = model.hidden_states(tokens, positions_from_mask(mask), mask)
-    p = prompt_tokens.shape[1]
-    # The state after token i predicts token i + 1: states P-1 .. P+T-2 predict the completion.
-    logprobs, entropy = token_logprobs_and_entropy(
-        hidden[:, p - 1 : -1], model.output_head(), completion_tokens, chunk_size
+    states = policy_states(
+        graphdef, params, prompt_tokens, prompt_mask, completion_tokens, completion_mask
     )
-    return jnp.where(completion_mask, logprobs, 0.0), jnp.where(completion_mask, entropy, 0.0)
+    stats = token_stats(states.completion_hidden, states.head, completion_tokens, chunk_size)
+    zero = lambda x: jnp.where(completion_mask, x, 0.0)
+    return zero(stats.logprobs), zero(stats.entropy)

@@ -9,6 +9,7 @@ after a crash produces the same metrics as one never stopped.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import signal
 import time
@@ -24,15 +25,12 @@ from flax import nnx
 from ml_collections import ConfigDict
 from tqdm.auto import tqdm
 
-from rljax.core.batch import make_batch
-from rljax.core.state import init_train_state
-from rljax.data import decode_answers, decode_prompts, prompt_batches, prompt_dataset, sft_dataset
+from rljax.data import decode_answers, prompt_batches, prompt_dataset, sft_dataset
 from rljax.data.tasks import Task
 from rljax.metrics.writers import MetricsWriter
 from rljax.models.tokenizer import Tokenizer
 from rljax.parallel.mesh import make_mesh
 from rljax.parallel.rules import mesh_shardings, shard_params
-from rljax.rewards import score_completions
 from rljax.rollout.sampler import generate
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.builders import (
@@ -41,11 +39,13 @@ from rljax.train.builders import (
     build_policy,
     build_rollout_config,
     build_task,
+    build_train_state,
     build_update_config,
     prompt_format,
     validate_config,
 )
 from rljax.train.checkpoint import Checkpointer
+from rljax.train.collect import collect_batch, decode_completions
 from rljax.train.sft import run_sft
 from rljax.train.steps import make_steps
 
@@ -69,14 +69,6 @@ class Prompts:
             add_bos=self.add_bos,
             **kwargs,
         )
-
-
-def decode_completions(tokenizer: Tokenizer, tokens: np.ndarray, mask: np.ndarray) -> list[str]:
-    """Completion texts, without the EOS and padding."""
-    return [
-        tokenizer.decode([int(t) for t, m in zip(row, keep) if m])
-        for row, keep in zip(tokens, mask)
-    ]
 
 
 def evaluate(
@@ -108,20 +100,6 @@ def evaluate(
     return {"eval/accuracy": float((rewards >= 1.0).mean()), "eval/reward": float(rewards.mean())}
 
 
-def _rollout_metrics(rewards, completion_mask, failures) -> dict[str, float]:
-    lengths = completion_mask.sum(axis=1)
-    metrics = {
-        "reward/mean": float(rewards.mean()),
-        "reward/std": float(rewards.std()),
-        "accuracy": float((rewards >= 1.0).mean()),
-        "response_length/mean": float(lengths.mean()),
-        "response_length/max": float(lengths.max()),
-        "response_length/clip_frac": float((lengths == completion_mask.shape[1]).mean()),
-    }
-    metrics.update({f"reward/failures_{k}": float(v) for k, v in failures.items()})
-    return metrics
-
-
 def train(config: ConfigDict) -> list[dict[str, float]]:
     """Runs (or resumes) SFT warm start + RL as the config says; returns the logged records."""
     validate_config(config)
@@ -134,7 +112,7 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
             f"divisible by mesh data x fsdp = {batch_split}"
         )
     task = build_task(config)
-    tokenizer, _, graphdef, params = build_policy(config)
+    tokenizer, model_config, graphdef, params = build_policy(config)
     prompts = Prompts(tokenizer, config.task.max_prompt_len, *prompt_format(config, tokenizer))
     params = shard_params(params, mesh)
     algorithm, optimizer = build_algorithm(config), build_optimizer(t)
@@ -148,16 +126,19 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         records.append({"step": step, **writer.write(step, metrics)})
 
     data = prompt_batches(prompts.dataset(task, "train", seed=config.seed), t.prompts_per_step)
-    rng, keep_reference = jax.random.PRNGKey(config.seed), config.algorithm.get("kl_coef", 0) > 0
     start = checkpointer.latest_step()
     if start is None:
         if config.sft.steps > 0:
             params = _warm_start(graphdef, params, task, prompts, config, log)
-        state = init_train_state(params, optimizer, algorithm.transform, rng, keep_reference)
+        state, critic_graphdef = build_train_state(
+            config, model_config, params, algorithm, optimizer
+        )
         start = 0
         log(0, evaluate(graphdef, state.params, task, prompts, config))
     else:
-        like = init_train_state(params, optimizer, algorithm.transform, rng, keep_reference)
+        like, critic_graphdef = build_train_state(
+            config, model_config, params, algorithm, optimizer
+        )
         state, data_state = checkpointer.restore(start, like)
         data.set_state(data_state)
         logging.info("resumed from %s at step %d", checkpointer.directory, start)
@@ -172,6 +153,7 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         build_update_config(config),
         mesh,
         shardings,
+        critic_graphdef=critic_graphdef,
     )
     bar = tqdm(
         range(start, t.steps),
@@ -184,41 +166,41 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
     last_eval = {k: v for k, v in records[-1].items() if k.startswith("eval/")} if records else {}
     for step in bar:
         tick = time.perf_counter()
-        batch_in = next(data)
-        rollout = steps.rollout(
-            state, jnp.asarray(batch_in["prompt_tokens"]), jnp.asarray(batch_in["prompt_mask"])
-        )
-        completion_mask = np.asarray(rollout.completion_mask)
-        completions = decode_completions(
-            tokenizer, np.asarray(rollout.completion_tokens), completion_mask
-        )
-        repeat = lambda xs: [x for x in xs for _ in range(n_samples)]
-        rewards, failures = score_completions(
-            lambda p, c, a: task.reward(c, a),
-            repeat(decode_prompts(batch_in, tokenizer)),
-            completions,
-            repeat(decode_answers(batch_in)),
-        )
-        batch = make_batch(
-            rollout.prompt_tokens,
-            rollout.prompt_mask,
-            rollout.completion_tokens,
-            rollout.completion_mask,
-            rollout.group_id,
-            rewards,
-            rollout_logprobs=rollout.sampling_logprobs,
+        greedy = None
+        if algorithm.greedy_baseline:  # ReMax: the current policy's greedy completions
+            greedy = functools.partial(
+                generate,
+                graphdef,
+                state.params,
+                rng=jax.random.PRNGKey(0),
+                max_new_tokens=config.rollout.max_new_tokens,
+                eos_id=tokenizer.eos_id,
+                pad_id=tokenizer.pad_id,
+                sampling=SamplingParams(greedy=True),
+            )
+        batch, host_metrics = collect_batch(
+            functools.partial(steps.rollout, state),
+            data,
+            task,
+            tokenizer,
+            n_samples,
+            config.rollout.get("max_refill_rounds", 0),
+            greedy,
         )
         state, batch, prepare_metrics = steps.prepare(state, batch)
         state, update_metrics = steps.update(state, batch)
         metrics = {
-            **_rollout_metrics(rewards, completion_mask, failures),
+            **host_metrics,
             **prepare_metrics,
             **update_metrics,
         }
         jax.block_until_ready(state.step)
         seconds = time.perf_counter() - tick
         metrics.update(
-            {"time/step_s": seconds, "time/tokens_per_s": float(completion_mask.sum()) / seconds}
+            {
+                "time/step_s": seconds,
+                "time/tokens_per_s": float(np.asarray(batch.completion_mask).sum()) / seconds,
+            }
         )
         done = step + 1
         if done % t.eval_every == 0 or done == t.steps:

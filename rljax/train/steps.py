@@ -1,6 +1,6 @@
 """The jitted steps of an RL iteration: rollout, prepare (score + transforms) and update.
 
-  rollout(state, prompt_tokens, prompt_mask) -> Rollout            (sampler, no gradients)
+  rollout(state, prompt_tokens, prompt_mask, attempt) -> Rollout   (sampler, no gradients)
   prepare(state, batch) -> (state, batch, metrics)                 (old/ref log-probs, transforms)
   update(state, batch) -> (state, metrics)                         (epochs x minibatches x micro)
 
@@ -30,9 +30,18 @@ from rljax.objectives.kl import kl_penalty
 from rljax.parallel.rules import DEFAULT_RULES, MeshAxes
 from rljax.rollout.sampler import Rollout, generate
 from rljax.rollout.sampling import SamplingParams
-from rljax.train.logprobs import completion_logprobs
+from rljax.train.critic import critic_values
+from rljax.train.logprobs import PolicyStates, policy_states, token_hellinger, token_stats
 
 _ROLLOUT, _PREPARE, _UPDATE = 0, 1, 2
+
+# Per-token statistics of the pre-update policy that an algorithm may ask prepare to put in
+# `batch.extras` (`Algorithm.batch_stats`); "old_entropy" is always there.
+BATCH_STATS = {
+    "old_sum_sq_prob": "[B, T] sum_v pi_old(v | s_t)^2 (optimal token baseline)",
+    "old_ref_hellinger": "[B, T] 1 - sum_v sqrt(pi_old pi_ref) (DGPO; needs a reference policy)",
+    "prompt_embedding": "[B, D] mean final hidden state over the prompt tokens (kernel baseline)",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +81,7 @@ class UpdateConfig:
 class Steps(NamedTuple):
     """The jitted step functions of a run."""
 
-    rollout: Callable[[TrainState, jax.Array, jax.Array], Rollout]
+    rollout: Callable[..., Rollout]  # (state, prompt_tokens, prompt_mask, attempt=0)
     prepare: Callable[[TrainState, Batch], tuple[TrainState, Batch, Metrics]]
     update: Callable[[TrainState, Batch], tuple[TrainState, Metrics]]
 
@@ -95,6 +104,7 @@ def make_steps(
     mesh: Mesh | None = None,
     state_shardings: TrainState | None = None,
     rules: Mapping[str, MeshAxes] = DEFAULT_RULES,
+    critic_graphdef: nnx.GraphDef | None = None,
 ) -> Steps:
     """Builds the jitted rollout / prepare / update functions.
 
@@ -108,29 +118,56 @@ def make_steps(
         `state_shardings` (`rljax.parallel.mesh_shardings(state, mesh)`).
       state_shardings: shardings of the TrainState, required with `mesh`.
       rules: logical-axis rules; batch rows are split over the mesh axes of "batch".
+      critic_graphdef: graph of the critic's own trunk when `algorithm.value_loss` is set and
+        the critic is a separate network; None for a value head on the policy.
+
+    Raises:
+      ValueError: for an unknown name in `algorithm.batch_stats`.
     """
     cfg = update_config
     chunk = cfg.vocab_chunk
+    unknown = sorted(set(algorithm.batch_stats) - set(BATCH_STATS))
+    if unknown:
+        raise ValueError(
+            f"algorithm asks for unknown batch statistics {unknown}; known: {sorted(BATCH_STATS)}"
+        )
 
-    def score(params, batch: Batch):
-        return completion_logprobs(
+    def states(params, batch: Batch) -> PolicyStates:
+        return policy_states(
             graphdef,
             params,
             batch.prompt_tokens,
             batch.prompt_mask,
             batch.completion_tokens,
             batch.completion_mask,
-            chunk,
         )
 
-    def rollout(state: TrainState, prompt_tokens, prompt_mask) -> Rollout:
+    def stats(policy: PolicyStates, batch: Batch):
+        out = token_stats(policy.completion_hidden, policy.head, batch.completion_tokens, chunk)
+        return jax.tree.map(lambda x: jnp.where(batch.completion_mask, x, 0.0), out)
+
+    def values(critic, policy: PolicyStates, batch: Batch) -> jax.Array:
+        return critic_values(
+            critic,
+            critic_graphdef,
+            policy,
+            batch.prompt_tokens,
+            batch.prompt_mask,
+            batch.completion_tokens,
+            batch.completion_mask,
+        )
+
+    def rollout(state: TrainState, prompt_tokens, prompt_mask, attempt=0) -> Rollout:
         rc = rollout_config
+        key = _step_key(state, _ROLLOUT)
+        # Attempt 0 keeps the step's key; refill attempts (DAPO) draw fresh samples.
+        key = jnp.where(attempt == 0, key, jax.random.fold_in(key, attempt))
         return generate(
             graphdef,
             state.params,
             prompt_tokens,
             prompt_mask,
-            _step_key(state, _ROLLOUT),
+            key,
             max_new_tokens=rc.max_new_tokens,
             eos_id=rc.eos_id,
             pad_id=rc.pad_id,
@@ -139,16 +176,40 @@ def make_steps(
         )
 
     def prepare(state: TrainState, batch: Batch):
-        old_logprobs, old_entropy = score(state.params, batch)
+        mask = batch.completion_mask
+        wanted = set(algorithm.batch_stats)
+        old = states(state.params, batch)
+        old_stats = stats(old, batch)
+        old_logprobs, old_entropy = old_stats.logprobs, old_stats.entropy
+        extras = {**batch.extras, "old_entropy": old_entropy}
         ref_logprobs = old_logprobs
         if state.ref_params is not None:
-            ref_logprobs, _ = score(state.ref_params, batch)
-        mask = batch.completion_mask
-        batch = batch.replace(
-            old_logprobs=old_logprobs,
-            ref_logprobs=ref_logprobs,
-            extras={**batch.extras, "old_entropy": old_entropy},
-        )
+            ref = states(state.ref_params, batch)
+            ref_logprobs = stats(ref, batch).logprobs
+            if "old_ref_hellinger" in wanted:
+                d = token_hellinger(
+                    old.completion_hidden, old.head, ref.completion_hidden, ref.head, chunk
+                )
+                extras["old_ref_hellinger"] = jnp.where(mask, d, 0.0)
+        elif "old_ref_hellinger" in wanted:
+            raise ValueError(
+                "the algorithm needs old_ref_hellinger but the train state has no reference "
+                "policy; build it with init_train_state(..., keep_reference=True)"
+            )
+        if "old_sum_sq_prob" in wanted:
+            extras["old_sum_sq_prob"] = old_stats.sum_sq_prob
+        if "prompt_embedding" in wanted:
+            pm = batch.prompt_mask.astype(jnp.float32)[..., None]
+            hidden = old.prompt_hidden.astype(jnp.float32)
+            extras["prompt_embedding"] = (hidden * pm).sum(1) / jnp.maximum(pm.sum(1), 1.0)
+        if algorithm.value_loss is not None:
+            if state.critic is None:
+                raise ValueError(
+                    "the algorithm has a value loss but the train state has no critic; build "
+                    "it with init_train_state(..., critic=rljax.train.critic.init_critic(...))"
+                )
+            extras["old_values"] = values(state.critic, old, batch)
+        batch = batch.replace(old_logprobs=old_logprobs, ref_logprobs=ref_logprobs, extras=extras)
         ctx = Context(step=state.step, rng=_step_key(state, _PREPARE), extras={})
         batch, transform_state, metrics = algorithm.transform.apply(
             batch, state.transform_state, ctx
@@ -164,9 +225,16 @@ def make_steps(
         }
         return state.replace(transform_state=transform_state), batch, metrics
 
-    def loss_fn(params, batch: Batch):
-        new_logprobs, new_entropy = score(params, batch)
-        return algorithm.objective(new_logprobs, new_entropy, batch)
+    def loss_fn(trainable, batch: Batch):
+        params, critic = trainable
+        new = states(params, batch)
+        new_stats = stats(new, batch)
+        loss, metrics = algorithm.objective(new_stats.logprobs, new_stats.entropy, batch)
+        if algorithm.value_loss is not None:
+            value_loss, value_metrics = algorithm.value_loss(values(critic, new, batch), batch)
+            loss = loss + value_loss
+            metrics = {**metrics, **value_metrics}
+        return loss, metrics
 
     def update(state: TrainState, batch: Batch):
         rows = batch.group_id.shape[0]
@@ -182,32 +250,46 @@ def make_steps(
         order = order.reshape(cfg.epochs * cfg.minibatches, cfg.microbatches, rows // per_step)
 
         def microbatch(carry, ids):
-            params, grads, loss, weight = carry
+            trainable, grads, loss, weight = carry
             sub = jax.tree.map(lambda x: x[ids], batch)
-            (sub_loss, metrics), sub_grads = jax.value_and_grad(loss_fn, has_aux=True)(params, sub)
+            (sub_loss, metrics), sub_grads = jax.value_and_grad(loss_fn, has_aux=True)(
+                trainable, sub
+            )
             w = aggregation_denominator(sub.loss_weights, algorithm.aggregation)
             grads = jax.tree.map(lambda g, s: g + w * s, grads, sub_grads)
-            return (params, grads, loss + w * sub_loss, weight + w), metrics
+            return (trainable, grads, loss + w * sub_loss, weight + w), metrics
 
         def minibatch(carry, ids):
-            params, opt_state = carry
-            zeros = jax.tree.map(jnp.zeros_like, params)
+            (params, critic), (opt_state, critic_opt_state) = carry
+            zeros = jax.tree.map(jnp.zeros_like, (params, critic))
             (_, grads, loss, weight), metrics = jax.lax.scan(
-                microbatch, (params, zeros, 0.0, 0.0), ids
+                microbatch, ((params, critic), zeros, 0.0, 0.0), ids
             )
             scale = jnp.where(weight > 0, 1.0 / jnp.maximum(weight, 1e-30), 0.0)
-            grads = jax.tree.map(lambda g: g * scale, grads)
+            grads, critic_grads = jax.tree.map(lambda g: g * scale, grads)
             updates, opt_state = optimizer.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
             metrics = jax.tree.map(jnp.mean, metrics)
             metrics.update(loss=loss * scale, grad_norm=optax.tree.norm(grads))
-            return (params, opt_state), metrics
+            if critic is not None:
+                updates, critic_opt_state = optimizer.update(critic_grads, critic_opt_state, critic)
+                critic = optax.apply_updates(critic, updates)
+                metrics["value/grad_norm"] = optax.tree.norm(critic_grads)
+            return ((params, critic), (opt_state, critic_opt_state)), metrics
 
-        (params, opt_state), metrics = jax.lax.scan(
-            minibatch, (state.params, state.opt_state), order
+        trainable = (state.params, state.critic)
+        opt_states = (state.opt_state, state.critic_opt_state)
+        ((params, critic), (opt_state, critic_opt_state)), metrics = jax.lax.scan(
+            minibatch, (trainable, opt_states), order
         )
         metrics = jax.tree.map(jnp.mean, metrics)
-        state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+        state = state.replace(
+            step=state.step + 1,
+            params=params,
+            opt_state=opt_state,
+            critic=critic,
+            critic_opt_state=critic_opt_state,
+        )
         return state, metrics
 
     if mesh is None:
@@ -217,7 +299,7 @@ def make_steps(
     rows = NamedSharding(mesh, PartitionSpec(rules["batch"]))
     none = NamedSharding(mesh, PartitionSpec())
     return Steps(
-        jax.jit(rollout, in_shardings=(state_shardings, rows, rows), out_shardings=rows),
+        jax.jit(rollout, in_shardings=(state_shardings, rows, rows, none), out_shardings=rows),
         jax.jit(
             prepare,
             in_shardings=(state_shardings, rows),

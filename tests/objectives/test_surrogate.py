@@ -137,3 +137,23 @@ def test_errors():
         ppo_clip(dual_clip_c=1.0)
     with pytest.raises(ValueError, match="valid modes"):
         ppo_clip(aggregation="sum")
+
+
+def test_clip_scale_from_extras_tightens_the_clip_range_per_row():
+    # Ratio 1.15 on both rows, A > 0: inside the 0.2 band unless the row's range is halved.
+    b = make_batch(
+        prompt_tokens=np.zeros((2, 1)),
+        prompt_mask=np.ones((2, 1)),
+        completion_tokens=np.zeros((2, 1)),
+        completion_mask=np.ones((2, 1)),
+        group_id=np.arange(2),
+        rewards=np.zeros(2),
+        old_logprobs=np.zeros((2, 1)),
+        advantages=np.ones((2, 1)),
+        extras={"clip_scale": np.array([1.0, 0.5], np.float32)},
+    )
+    new = jnp.full((2, 1), np.log(1.15), jnp.float32)
+    objective = ppo_clip(0.2, 0.2)
+    loss, metrics = objective(new, jnp.zeros((2, 1)), b)
+    np.testing.assert_allclose(loss, -(1.15 + 1.1) / 2, rtol=1e-5)
+    np.testing.assert_allclose(metrics["pg/clip_frac"], 0.5)

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from rljax.core.batch import make_batch
-from rljax.core.state import init_train_state
 from rljax.models.tokenizer import ByteTokenizer
 from rljax.train.builders import (
     build_algorithm,
     build_optimizer,
     build_policy,
     build_rollout_config,
+    build_train_state,
     build_update_config,
 )
 from rljax.train.steps import make_steps
@@ -33,25 +33,25 @@ def test_three_updates_are_finite_and_move_the_params(name):
     config.model.update(d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)
     config.rollout.update(n_samples=4, max_new_tokens=5)
     config.train.update(learning_rate=1e-2, warmup_steps=1, minibatches=1)
-    tokenizer, _, graphdef, params = build_policy(config)
+    tokenizer, model_config, graphdef, params = build_policy(config)
     assert isinstance(tokenizer, ByteTokenizer)
     algorithm, optimizer = build_algorithm(config), build_optimizer(config.train)
-    state = init_train_state(
-        params,
-        optimizer,
-        algorithm.transform,
-        jax.random.PRNGKey(0),
-        keep_reference=config.algorithm.get("kl_coef", 0) > 0,
-    )
+    state, critic_graphdef = build_train_state(config, model_config, params, algorithm, optimizer)
     steps = make_steps(
         graphdef,
         optimizer,
         algorithm,
         build_rollout_config(config, tokenizer),
         build_update_config(config),
+        critic_graphdef=critic_graphdef,
     )
     start = jax.tree.map(np.asarray, state.params)
     prompts = jnp.asarray([[257, 49, 43, 50, 61], [257, 51, 43, 52, 61]], jnp.int32)  # 1+2= 3+4=
+    # What the driver (rljax.train.collect) puts in every batch, and the greedy baseline.
+    extras = {"prompt_id": jnp.repeat(jnp.arange(2, dtype=jnp.int32), 4)}
+    if algorithm.greedy_baseline:
+        extras["baseline_reward"] = jnp.full((8,), 0.5)
+    critic_start = jax.tree.map(np.asarray, state.critic)
     for i in range(3):
         rollout = steps.rollout(state, prompts, jnp.ones_like(prompts, bool))
         # Binary rewards with both values in every group (pass@k needs binary rewards).
@@ -64,6 +64,7 @@ def test_three_updates_are_finite_and_move_the_params(name):
             rollout.group_id,
             rewards,
             rollout_logprobs=rollout.sampling_logprobs,
+            extras=extras,
         )
         state, batch, prepare_metrics = steps.prepare(state, batch)
         state, update_metrics = steps.update(state, batch)
@@ -73,4 +74,7 @@ def test_three_updates_are_finite_and_move_the_params(name):
         not np.allclose(a, b) for a, b in zip(jax.tree.leaves(start), jax.tree.leaves(state.params))
     ]
     assert any(moved), name
+    if algorithm.value_loss is not None:  # the critic learns too
+        head = state.critic["head"]["kernel"]
+        assert not np.allclose(critic_start["head"]["kernel"], head), name
     assert int(state.step) == 3

@@ -7,7 +7,12 @@ import pytest
 
 from rljax.models.config import TransformerConfig
 from rljax.models.transformer import create_model, forward, positions_from_mask
-from rljax.train.logprobs import completion_logprobs, token_logprobs_and_entropy
+from rljax.train.logprobs import (
+    completion_logprobs,
+    token_hellinger,
+    token_logprobs_and_entropy,
+    token_stats,
+)
 
 
 def numpy_reference(hidden, head, targets):
@@ -80,3 +85,34 @@ def test_completion_logprobs_match_teacher_forcing():
             logp = z - z.max() - np.log(np.exp(z - z.max()).sum())
             np.testing.assert_allclose(lp[b, t], logp[completion[b, t]], atol=1e-5)
             np.testing.assert_allclose(ent[b, t], -(np.exp(logp) * logp).sum(), atol=1e-5)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 50])
+def test_sum_sq_prob_matches_explicit_sum(chunk):
+    rng = np.random.default_rng(3)
+    hidden = rng.normal(size=(2, 4, 8)).astype(np.float32)
+    head = rng.normal(size=(8, 50)).astype(np.float32) * 3
+    stats = token_stats(jnp.asarray(hidden), jnp.asarray(head), jnp.zeros((2, 4), int), chunk)
+    logits = np.einsum("btd,dv->btv", hidden.astype(np.float64), head.astype(np.float64))
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    np.testing.assert_allclose(stats.sum_sq_prob, (p**2).sum(-1), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 50])
+def test_hellinger_matches_explicit_sum(chunk):
+    rng = np.random.default_rng(4)
+    hp, hq = rng.normal(size=(2, 2, 3, 8)).astype(np.float32)
+    wp = rng.normal(size=(8, 50)).astype(np.float32) * 3
+    wq = rng.normal(size=(8, 50)).astype(np.float32)
+    got = token_hellinger(*map(jnp.asarray, (hp, wp, hq, wq)), chunk_size=chunk)
+
+    def probs(h, w):
+        z = np.einsum("btd,dv->btv", h.astype(np.float64), w.astype(np.float64))
+        e = np.exp(z - z.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    want = 1.0 - np.sqrt(probs(hp, wp) * probs(hq, wq)).sum(-1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    same = token_hellinger(*map(jnp.asarray, (hp, wp, hp, wp)), chunk_size=chunk)
+    np.testing.assert_allclose(same, 0.0, atol=1e-6)

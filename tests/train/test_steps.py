@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from flax import nnx
 
 from rljax.algorithms import grpo
 from rljax.core.batch import make_batch
@@ -138,3 +139,56 @@ def test_rollout_randomness_comes_from_state_and_step(setup):
     c = steps.rollout(state.replace(step=state.step + 1), prompts, mask).completion_tokens
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
+
+
+def test_prepare_computes_the_requested_batch_stats(setup):
+    graphdef, params, prompts, mask = setup
+    base = grpo(group_size=ROLLOUT.n_samples)
+    algorithm = base._replace(
+        batch_stats=("old_sum_sq_prob", "old_ref_hellinger", "prompt_embedding")
+    )
+    optimizer = optax.sgd(1.0)
+    state = init_train_state(
+        params, optimizer, algorithm.transform, jax.random.PRNGKey(0), keep_reference=True
+    )
+    # A reference that differs from the policy: its output layer is scaled.
+    state = state.replace(ref_params=jax.tree.map(lambda x: x * 1.5, state.ref_params))
+    steps = make_steps(graphdef, optimizer, algorithm, ROLLOUT)
+    batch = rollout_batch(steps, state, prompts, mask)
+    _, out, _ = steps.prepare(state, batch)
+
+    def dist(p):
+        tokens = jnp.concatenate([out.prompt_tokens, out.completion_tokens], 1)
+        m = jnp.concatenate([out.prompt_mask, out.completion_mask], 1)
+        logits = forward(graphdef, p, tokens, positions_from_mask(m), m)[0]
+        probs = np.asarray(jax.nn.softmax(logits[:, 2:-1], -1), np.float64)  # P = 3
+        return probs
+
+    cm = np.asarray(out.completion_mask)
+    p, q = dist(state.params), dist(state.ref_params)
+    np.testing.assert_allclose(
+        out.extras["old_sum_sq_prob"], np.where(cm, (p**2).sum(-1), 0), rtol=1e-4, atol=1e-6
+    )
+    want_h = np.where(cm, 1 - np.sqrt(p * q).sum(-1), 0)
+    np.testing.assert_allclose(out.extras["old_ref_hellinger"], want_h, rtol=1e-3, atol=1e-6)
+    assert want_h[cm].min() > 1e-4  # the reference really differs
+    model_hidden = nnx.merge(graphdef, state.params).hidden_states
+    tokens = jnp.concatenate([out.prompt_tokens, out.completion_tokens], 1)
+    m = jnp.concatenate([out.prompt_mask, out.completion_mask], 1)
+    hidden = np.asarray(model_hidden(tokens, positions_from_mask(m), m)[0])[:, :3]
+    pm = np.asarray(out.prompt_mask)[..., None]
+    np.testing.assert_allclose(
+        out.extras["prompt_embedding"], (hidden * pm).sum(1) / pm.sum(1), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_unknown_batch_stat_and_missing_reference_raise(setup):
+    graphdef, params, prompts, mask = setup
+    algorithm = grpo(group_size=ROLLOUT.n_samples)
+    with pytest.raises(ValueError, match="unknown batch statistics"):
+        make_steps(graphdef, optax.sgd(1.0), algorithm._replace(batch_stats=("x",)), ROLLOUT)
+    algorithm = algorithm._replace(batch_stats=("old_ref_hellinger",))
+    state = init_train_state(params, optax.sgd(1.0), algorithm.transform, jax.random.PRNGKey(0))
+    steps = make_steps(graphdef, optax.sgd(1.0), algorithm, ROLLOUT)
+    with pytest.raises(ValueError, match="no reference"):
+        steps.prepare(state, rollout_batch(steps, state, prompts, mask))

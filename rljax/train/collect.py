@@ -1,0 +1,193 @@
+"""Host side of an RL iteration: prompts -> sampled, scored rollout batch.
+
+Sampling runs in the jitted rollout step; decoding and rewards run here on the host. Two
+algorithm needs are met here because they need more generation than one rollout:
+- DAPO's dynamic sampling with refill ("DAPO: An Open-Source LLM Reinforcement Learning System
+  at Scale", arXiv 2503.14476): groups whose rewards are all equal carry no signal, so more
+  prompts are drawn and sampled until the batch holds `prompts_per_step` informative groups
+  (at most `max_refill_rounds` extra rounds; if still short, all-equal groups fill the rest and
+  the dynamic-sampling transform masks them out).
+- ReMax's greedy baseline ("ReMax: A Simple, Effective, and Efficient Reinforcement Learning
+  Method for Aligning Large Language Models", arXiv 2310.10505): each prompt is also decoded
+  greedily and scored; the score goes to `batch.extras["baseline_reward"]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rljax.core.batch import Batch, make_batch
+from rljax.data import decode_answers, decode_prompts
+from rljax.data.tasks import Task
+from rljax.models.tokenizer import Tokenizer
+from rljax.rewards import score_completions
+from rljax.rollout.sampler import Rollout
+
+# (prompt_tokens [N, P], prompt_mask [N, P], attempt) -> Rollout of N * n_samples rows.
+RolloutFn = Callable[[jax.Array, jax.Array, int], Rollout]
+
+
+def decode_completions(tokenizer: Tokenizer, tokens: np.ndarray, mask: np.ndarray) -> list[str]:
+    """Completion texts, without the EOS and padding."""
+    return [
+        tokenizer.decode([int(t) for t, m in zip(row, keep) if m])
+        for row, keep in zip(tokens, mask)
+    ]
+
+
+def _score(task: Task, tokenizer: Tokenizer, prompts: dict, tokens, mask, repeats: int):
+    texts = decode_completions(tokenizer, np.asarray(tokens), np.asarray(mask))
+    repeat = lambda xs: [x for x in xs for _ in range(repeats)]
+    return score_completions(
+        lambda p, c, a: task.reward(c, a),
+        repeat(decode_prompts(prompts, tokenizer)),
+        texts,
+        repeat(decode_answers(prompts)),
+    )
+
+
+def informative_groups(rewards: np.ndarray, group_size: int) -> np.ndarray:
+    """[B/G] bool: groups whose rewards are not all equal (they carry a learning signal)."""
+    r = np.asarray(rewards).reshape(-1, group_size)
+    return ~np.all(r == r[:, :1], axis=1)
+
+
+def collect_batch(
+    rollout: RolloutFn,
+    data: Iterator[dict[str, Any]],
+    task: Task,
+    tokenizer: Tokenizer,
+    n_samples: int,
+    max_refill_rounds: int = 0,
+    greedy: Callable[[jax.Array, jax.Array], Rollout] | None = None,
+) -> tuple[Batch, dict[str, float]]:
+    """Draws prompts, samples `n_samples` completions each, scores them and builds the `Batch`.
+
+    Args:
+      rollout: the jitted rollout step bound to the current train state; `attempt` salts its
+        randomness so refill rounds draw fresh samples.
+      data: prompt batches (`prompt_batches`), each of `prompts_per_step` prompts.
+      task: scores completions against answers.
+      tokenizer: decodes completions.
+      n_samples: G, completions per prompt.
+      max_refill_rounds: extra prompt batches to draw when groups have all-equal rewards (0
+        keeps every group of the first draw).
+      greedy: when given, decodes each prompt greedily (one row per prompt) for ReMax's baseline.
+
+    Returns:
+      The batch (rows grouped by prompt; `extras["prompt_id"]` holds each sample's task index)
+      and host metrics: reward/accuracy/length statistics of the kept rows, reward-function
+      failures, and with refill "refill/rounds", "refill/informative_frac" (of the first draw)
+      and "refill/short_groups" (all-equal groups that had to fill the batch).
+    """
+    if max_refill_rounds < 0:
+        raise ValueError(f"max_refill_rounds={max_refill_rounds} must be >= 0")
+    kept: list[dict[str, np.ndarray]] = []
+    spare: list[dict[str, np.ndarray]] = []
+    failures: dict[str, float] = {}
+    metrics: dict[str, float] = {}
+    wanted = None
+    for attempt in range(max_refill_rounds + 1):
+        prompts = next(data)
+        tokens, mask = jnp.asarray(prompts["prompt_tokens"]), jnp.asarray(prompts["prompt_mask"])
+        out = rollout(tokens, mask, attempt)
+        rewards, fails = _score(
+            task, tokenizer, prompts, out.completion_tokens, out.completion_mask, n_samples
+        )
+        for k, v in fails.items():
+            failures[k] = failures.get(k, 0) + v
+        groups = _groups(prompts, out, rewards, n_samples)
+        if greedy is not None:
+            _add_greedy_baseline(groups, greedy, prompts, task, tokenizer, n_samples)
+        wanted = len(groups["prompt_id"])
+        good = informative_groups(rewards, n_samples)
+        if max_refill_rounds == 0:
+            kept.append(groups)
+            break
+        if attempt == 0:
+            metrics["refill/informative_frac"] = float(good.mean())
+        kept.append(_take(groups, good))
+        spare.append(_take(groups, ~good))
+        metrics["refill/rounds"] = float(attempt)
+        if sum(len(g["prompt_id"]) for g in kept) >= wanted:
+            break
+    rows = _concat(kept)
+    short = wanted - len(rows["prompt_id"])
+    if short > 0:
+        rows = _concat([rows, _concat(spare)])
+    if max_refill_rounds:
+        metrics["refill/short_groups"] = float(max(short, 0))
+    rows = {k: v[:wanted] for k, v in rows.items()}
+    batch = _to_batch(rows, n_samples)
+    metrics.update(_rollout_metrics(np.asarray(batch.rewards), np.asarray(batch.completion_mask)))
+    metrics.update({f"reward/failures_{k}": float(v) for k, v in failures.items()})
+    return batch, metrics
+
+
+def _groups(prompts, out: Rollout, rewards: np.ndarray, g: int) -> dict[str, np.ndarray]:
+    """Per-group arrays, leading dim = number of prompts (samples stacked on axis 1)."""
+    n = len(prompts["prompt_tokens"])
+
+    def per_group(x):
+        x = np.asarray(x)
+        return x.reshape(n, g, *x.shape[1:])
+
+    return {
+        "prompt_tokens": per_group(out.prompt_tokens),
+        "prompt_mask": per_group(out.prompt_mask),
+        "completion_tokens": per_group(out.completion_tokens),
+        "completion_mask": per_group(out.completion_mask),
+        "rollout_logprobs": per_group(out.sampling_logprobs),
+        "rewards": per_group(rewards),
+        "prompt_id": np.asarray(prompts["index"]).astype(np.int64),
+    }
+
+
+def _add_greedy_baseline(groups, greedy, prompts, task, tokenizer, g: int) -> None:
+    out = greedy(jnp.asarray(prompts["prompt_tokens"]), jnp.asarray(prompts["prompt_mask"]))
+    rewards, _ = _score(task, tokenizer, prompts, out.completion_tokens, out.completion_mask, 1)
+    groups["baseline_reward"] = np.repeat(rewards[:, None], g, axis=1)
+
+
+def _take(groups: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: v[keep] for k, v in groups.items()}
+
+
+def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _to_batch(rows: dict[str, np.ndarray], g: int) -> Batch:
+    n = len(rows["prompt_id"])
+    flat = lambda x: x.reshape(n * g, *x.shape[2:])
+    extras = {"prompt_id": jnp.asarray(np.repeat(rows["prompt_id"], g) % 2**31, jnp.int32)}
+    if "baseline_reward" in rows:
+        extras["baseline_reward"] = jnp.asarray(flat(rows["baseline_reward"]), jnp.float32)
+    return make_batch(
+        flat(rows["prompt_tokens"]),
+        flat(rows["prompt_mask"]),
+        flat(rows["completion_tokens"]),
+        flat(rows["completion_mask"]),
+        np.repeat(np.arange(n), g),
+        flat(rows["rewards"]),
+        rollout_logprobs=flat(rows["rollout_logprobs"]),
+        extras=extras,
+    )
+
+
+def _rollout_metrics(rewards: np.ndarray, completion_mask: np.ndarray) -> dict[str, float]:
+    lengths = completion_mask.sum(axis=1)
+    return {
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std()),
+        "accuracy": float((rewards >= 1.0).mean()),
+        "response_length/mean": float(lengths.mean()),
+        "response_length/max": float(lengths.max()),
+        "response_length/clip_frac": float((lengths == completion_mask.shape[1]).mean()),
+    }
+

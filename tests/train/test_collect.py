@@ -1,0 +1,128 @@
+"""The host side of an iteration: scoring, DAPO's refill of all-equal groups, ReMax's baseline."""
+
+import numpy as np
+import pytest
+
+from rljax.models.tokenizer import ByteTokenizer
+from rljax.rollout.sampler import Rollout
+from rljax.train.collect import collect_batch, informative_groups
+
+TOKENIZER = ByteTokenizer()
+G = 2
+
+
+class EchoTask:
+    """Reward 1 when the completion equals the answer."""
+
+    def reward(self, completion: str, answer: str) -> float:
+        return float(completion == answer)
+
+
+def prompts(indices):
+    """A prompt batch whose answer is always "a"."""
+    n = len(indices)
+    return {
+        "prompt_tokens": np.full((n, 2), 65, np.int32),
+        "prompt_mask": np.ones((n, 2), bool),
+        "answer": np.tile(np.frombuffer(b"a\0", np.uint8), (n, 1)),
+        "answer_len": np.ones(n, np.int32),
+        "index": np.asarray(indices, np.int64),
+    }
+
+
+def fake_rollout(solved):
+    """Prompt with task index i: sample j answers "a" iff solved(i, j, attempt)."""
+    calls = []
+
+    def bind(batch_indices):
+        def run(tokens, mask, attempt=0):
+            calls.append(attempt)
+            rows = [(i, j) for i in batch_indices for j in range(G)]
+            comp = np.array([[97 if solved(i, j, attempt) else 98] for i, j in rows], np.int32)
+            n = len(rows)
+            return Rollout(
+                prompt_tokens=np.repeat(np.asarray(tokens), G, 0),
+                prompt_mask=np.repeat(np.asarray(mask), G, 0),
+                completion_tokens=comp,
+                completion_mask=np.ones((n, 1), bool),
+                sampling_logprobs=np.full((n, 1), -0.5, np.float32),
+                policy_logprobs=np.full((n, 1), -0.5, np.float32),
+                group_id=np.arange(n) // G,
+            )
+
+        return run
+
+    return bind, calls
+
+
+def test_informative_groups():
+    got = informative_groups(np.array([1, 1, 0, 1, 0, 0, 0.5, 0.5]), 2)
+    np.testing.assert_array_equal(got, [False, True, False, False])
+
+
+def test_without_refill_keeps_the_first_draw():
+    batches = [[0, 1, 2]]
+    bind, calls = fake_rollout(lambda i, j, a: j == 0)
+    data = iter(prompts(b) for b in batches)
+    batch, metrics = collect_batch(bind(batches[0]), data, EchoTask(), TOKENIZER, G)
+    np.testing.assert_array_equal(batch.rewards, [1, 0, 1, 0, 1, 0])
+    np.testing.assert_array_equal(batch.group_id, [0, 0, 1, 1, 2, 2])
+    np.testing.assert_array_equal(batch.extras["prompt_id"], [0, 0, 1, 1, 2, 2])
+    assert calls == [0] and "refill/rounds" not in metrics
+    assert metrics["accuracy"] == 0.5
+
+
+def test_refill_replaces_all_equal_groups_with_new_prompts():
+    # Even task indices are all-equal groups (never solved); odd ones are mixed.
+    draws = [[0, 1, 2], [3, 4, 5], [7, 9, 11]]
+    solved = lambda i, j, a: i % 2 == 1 and j == 0
+    data = iter(prompts(b) for b in draws)
+    seen = []
+
+    def rollout(tokens, mask, attempt=0):
+        seen.append(attempt)
+        return bind(draws[attempt])(tokens, mask, attempt)
+
+    bind, _ = fake_rollout(solved)
+    batch, metrics = collect_batch(rollout, data, EchoTask(), TOKENIZER, G, max_refill_rounds=3)
+    # Informative groups 1, 3, 5 fill the 3 slots after one refill round (7, 9, 11 not drawn).
+    np.testing.assert_array_equal(batch.extras["prompt_id"], [1, 1, 3, 3, 5, 5])
+    np.testing.assert_array_equal(batch.group_id, [0, 0, 1, 1, 2, 2])
+    np.testing.assert_array_equal(batch.rewards, [1, 0, 1, 0, 1, 0])
+    assert seen == [0, 1]
+    assert metrics["refill/rounds"] == 1 and metrics["refill/short_groups"] == 0
+    np.testing.assert_allclose(metrics["refill/informative_frac"], 1 / 3)
+
+
+def test_refill_that_runs_out_fills_with_all_equal_groups():
+    draws = [[0, 1, 2], [4, 6, 8]]
+    data = iter(prompts(b) for b in draws)
+    bind, _ = fake_rollout(lambda i, j, a: i == 1 and j == 0)
+
+    def rollout(tokens, mask, attempt=0):
+        return bind(draws[attempt])(tokens, mask, attempt)
+
+    batch, metrics = collect_batch(rollout, data, EchoTask(), TOKENIZER, G, max_refill_rounds=1)
+    np.testing.assert_array_equal(batch.extras["prompt_id"], [1, 1, 0, 0, 2, 2])
+    assert metrics["refill/short_groups"] == 2
+
+
+def test_greedy_baseline_is_repeated_per_sample():
+    draws = [[0, 1]]
+    bind, _ = fake_rollout(lambda i, j, a: j == 1)
+    greedy_bind, _ = fake_rollout(lambda i, j, a: i == 1)
+    data = iter(prompts(b) for b in draws)
+
+    def greedy(tokens, mask):  # one row per prompt
+        out = greedy_bind(draws[0])(tokens, mask)
+        return out.replace(
+            completion_tokens=out.completion_tokens[::G], completion_mask=out.completion_mask[::G]
+        )
+
+    batch, _ = collect_batch(bind(draws[0]), data, EchoTask(), TOKENIZER, G, greedy=greedy)
+    np.testing.assert_array_equal(batch.extras["baseline_reward"], [0, 0, 1, 1])
+
+
+def test_negative_rounds_rejected():
+    with pytest.raises(ValueError, match="max_refill_rounds=-1"):
+        collect_batch(None, iter([]), EchoTask(), TOKENIZER, G, max_refill_rounds=-1)
