@@ -1,23 +1,37 @@
-"""Loss terms: policy-gradient surrogates, KL and entropy."""
+"""Loss terms: policy-gradient surrogates, KL, entropy, the critic's value loss, distillation."""
 
 from rljax.objectives.cispo import cispo
 from rljax.objectives.entropy import entropy_bonus
-from rljax.objectives.gpg import gpg, valid_group_scale
+from rljax.objectives.gpg import gpg, valid_group_scale, valid_group_scaling
 from rljax.objectives.gspo import gspo, gspo_token, sequence_log_ratio
 from rljax.objectives.kl import KL_ESTIMATORS, kl_loss, kl_penalty, kl_reward_penalty
+from rljax.objectives.mu_grpo import mu_grpo, negative_advantage_veto
+from rljax.objectives.power_distillation import power_weighting, power_weights, weighted_sft
+from rljax.objectives.sapo import sapo, segment_ids
 from rljax.objectives.surrogate import ppo_clip
+from rljax.objectives.value import ValueLoss, clipped_value_loss
 
 __all__ = [
+    "KL_ESTIMATORS",
+    "ValueLoss",
     "cispo",
+    "clipped_value_loss",
+    "entropy_bonus",
     "gpg",
     "gspo",
     "gspo_token",
-    "sequence_log_ratio",
-    "valid_group_scale",
-    "KL_ESTIMATORS",
-    "entropy_bonus",
     "kl_loss",
     "kl_penalty",
     "kl_reward_penalty",
+    "mu_grpo",
+    "negative_advantage_veto",
+    "power_weighting",
+    "power_weights",
     "ppo_clip",
+    "sapo",
+    "segment_ids",
+    "sequence_log_ratio",
+    "valid_group_scale",
+    "valid_group_scaling",
+    "weighted_sft",
 ]

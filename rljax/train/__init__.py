@@ -1,13 +1,29 @@
 """Training: log-probs, jitted steps, SFT warm start, checkpoints and the driver loop."""
 
-from rljax.train.builders import build_policy, validate_config
+from rljax.train.builders import build_policy, build_train_state, validate_config
 from rljax.train.checkpoint import Checkpointer
-from rljax.train.logprobs import completion_logprobs, token_logprobs_and_entropy
+from rljax.train.collect import collect_batch
+from rljax.train.critic import critic_values, init_critic
+from rljax.train.logprobs import (
+    completion_logprobs,
+    policy_states,
+    token_hellinger,
+    token_logprobs_and_entropy,
+    token_stats,
+)
 from rljax.train.loop import evaluate, train
 from rljax.train.sft import make_sft_step, run_sft
-from rljax.train.steps import RolloutConfig, Steps, UpdateConfig, make_steps
+from rljax.train.steps import BATCH_STATS, RolloutConfig, Steps, UpdateConfig, make_steps
 
 __all__ = [
+    "BATCH_STATS",
+    "build_train_state",
+    "collect_batch",
+    "critic_values",
+    "init_critic",
+    "policy_states",
+    "token_hellinger",
+    "token_stats",
     "Checkpointer",
     "build_policy",
     "completion_logprobs",

@@ -6,6 +6,7 @@ results together. Errors name the config key and say what to change.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +45,17 @@ ALGORITHMS = {
         "pass_at_k",
         "ppo",
         "remax",
+        "mu_grpo",
+        "sapo",
+        "expthink",
+        "dr_mas",
+        "kernel_baseline",
+        "ibpo",
+        "gprl",
+        "dgpo",
+        "otb",
+        "edo",
+        "power_distillation",
     )
 }
 # Models that rljax can fetch itself from the package registry (never from a model hub).
@@ -145,11 +157,18 @@ def prompt_format(
     return format_prompt, False  # the template writes its own start tokens
 
 
-def build_algorithm(config: ConfigDict) -> algorithms.Algorithm:
-    """The `algorithm.name` preset with the `algorithm.*` settings; group size = n_samples."""
+def build_algorithm(config: ConfigDict, vocab_size: int | None = None) -> algorithms.Algorithm:
+    """The `algorithm.name` preset with the `algorithm.*` settings; group size = n_samples.
+
+    Presets that take a `vocab_size` (DGPO's entropy gate) get the policy's.
+    """
     a = config.algorithm
     kwargs: dict[str, Any] = {k: v for k, v in a.items() if k != "name"}
     preset = ALGORITHMS[a.name]
+    if "vocab_size" in inspect.signature(preset).parameters and "vocab_size" not in kwargs:
+        if vocab_size is None:
+            raise ValueError(f"algorithm.name={a.name!r} needs the policy's vocab_size")
+        kwargs["vocab_size"] = vocab_size
     try:
         return preset(group_size=config.rollout.n_samples, **kwargs)
     except TypeError as err:  # a setting this algorithm does not take

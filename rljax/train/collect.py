@@ -190,4 +190,3 @@ def _rollout_metrics(rewards: np.ndarray, completion_mask: np.ndarray) -> dict[s
         "response_length/max": float(lengths.max()),
         "response_length/clip_frac": float((lengths == completion_mask.shape[1]).mean()),
     }
-

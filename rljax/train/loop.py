@@ -115,7 +115,8 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
     tokenizer, model_config, graphdef, params = build_policy(config)
     prompts = Prompts(tokenizer, config.task.max_prompt_len, *prompt_format(config, tokenizer))
     params = shard_params(params, mesh)
-    algorithm, optimizer = build_algorithm(config), build_optimizer(t)
+    algorithm = build_algorithm(config, model_config.vocab_size)
+    optimizer = build_optimizer(t)
 
     run_dir = os.path.abspath(config.run_dir)
     checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), t.max_checkpoints)

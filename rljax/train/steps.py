@@ -292,14 +292,21 @@ def make_steps(
         )
         return state, metrics
 
+    def default_attempt(jitted):
+        return lambda state, tokens, mask, attempt=0: jitted(state, tokens, mask, attempt)
+
     if mesh is None:
-        return Steps(jax.jit(rollout), jax.jit(prepare), jax.jit(update, donate_argnums=0))
+        return Steps(
+            default_attempt(jax.jit(rollout)), jax.jit(prepare), jax.jit(update, donate_argnums=0)
+        )
     if state_shardings is None:
         raise ValueError("make_steps(mesh=...) also needs state_shardings")
     rows = NamedSharding(mesh, PartitionSpec(rules["batch"]))
     none = NamedSharding(mesh, PartitionSpec())
     return Steps(
-        jax.jit(rollout, in_shardings=(state_shardings, rows, rows, none), out_shardings=rows),
+        default_attempt(
+            jax.jit(rollout, in_shardings=(state_shardings, rows, rows, none), out_shardings=rows)
+        ),
         jax.jit(
             prepare,
             in_shardings=(state_shardings, rows),

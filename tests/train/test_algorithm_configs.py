@@ -35,7 +35,8 @@ def test_three_updates_are_finite_and_move_the_params(name):
     config.train.update(learning_rate=1e-2, warmup_steps=1, minibatches=1)
     tokenizer, model_config, graphdef, params = build_policy(config)
     assert isinstance(tokenizer, ByteTokenizer)
-    algorithm, optimizer = build_algorithm(config), build_optimizer(config.train)
+    algorithm = build_algorithm(config, model_config.vocab_size)
+    optimizer = build_optimizer(config.train)
     state, critic_graphdef = build_train_state(config, model_config, params, algorithm, optimizer)
     steps = make_steps(
         graphdef,

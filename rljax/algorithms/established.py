@@ -1,6 +1,4 @@
-"""Named algorithms: a transform chain plus an objective, a few lines each."""
-
-from typing import NamedTuple
+"""Presets of the established algorithms (what verl, TRL and OpenRLHF offer), a few lines each."""
 
 from rljax.advantages.gae import gae_advantages
 from rljax.advantages.group import group_advantages
@@ -9,78 +7,16 @@ from rljax.advantages.pass_at_k import pass_at_k_group_advantages
 from rljax.advantages.reinforce_pp import batch_whitened_advantages
 from rljax.advantages.remax import greedy_baseline_advantages
 from rljax.advantages.rloo import leave_one_out_advantages
-from rljax.core.objective import Objective, sum_objectives
-from rljax.core.transform import Transform, chain
+from rljax.algorithms.base import Algorithm, ppo_preset, with_regularizers
+from rljax.core.transform import chain
 from rljax.filters import dynamic_sampling, overlong_filter, overlong_punishment
 from rljax.objectives.cispo import cispo as cispo_objective
-from rljax.objectives.entropy import entropy_bonus
 from rljax.objectives.gpg import gpg as gpg_objective
+from rljax.objectives.gpg import valid_group_scaling as gpg_valid_group_scaling
 from rljax.objectives.gspo import gspo as gspo_objective
 from rljax.objectives.gspo import gspo_token
-from rljax.objectives.kl import kl_loss
 from rljax.objectives.surrogate import ppo_clip
-from rljax.objectives.value import ValueLoss, clipped_value_loss
-
-
-class Algorithm(NamedTuple):
-    """An RL algorithm: `transform` prepares the batch, `objective` is the loss.
-
-    Attributes:
-      transform: the transform chain run once per rollout batch (rewards -> advantages).
-      objective: the policy loss.
-      aggregation: the loss aggregation mode its terms share; the update step uses it to weigh
-        micro-batches so gradient accumulation is exact.
-      batch_stats: extra per-token statistics of the pre-update policy the transforms read
-        from `batch.extras`, computed by the prepare step (`rljax.train.steps.BATCH_STATS`).
-      value_loss: the critic's loss for algorithms with a learned value function (PPO with
-        GAE), or None; such an algorithm trains with a critic in the train state.
-      greedy_baseline: the driver also decodes each prompt greedily and puts the greedy
-        completion's reward in `batch.extras["baseline_reward"]` (ReMax).
-      needs_reference: the train state keeps a frozen reference policy even without a KL
-        term (DGPO's deviation from the reference).
-    """
-
-    transform: Transform
-    objective: Objective
-    aggregation: str = "token-mean"
-    batch_stats: tuple[str, ...] = ()
-    value_loss: ValueLoss | None = None
-    greedy_baseline: bool = False
-    needs_reference: bool = False
-
-
-def _with_regularizers(
-    main: Objective,
-    aggregation: str,
-    max_len: int | None,
-    kl_coef: float,
-    kl_estimator: str,
-    entropy_coef: float,
-) -> Objective:
-    """`main` plus the KL(pi || ref) loss and entropy bonus when their coefficients are non-zero."""
-    terms = [main]
-    if kl_coef:
-        terms.append(kl_loss(kl_coef, kl_estimator, aggregation, max_len))
-    if entropy_coef:
-        terms.append(entropy_bonus(entropy_coef, aggregation, max_len))
-    return sum_objectives(*terms)
-
-
-def _ppo(
-    advantages: Transform,
-    clip_eps: float,
-    clip_eps_high: float | None,
-    kl_coef: float,
-    kl_estimator: str,
-    entropy_coef: float,
-    aggregation: str,
-    max_len: int | None,
-) -> Algorithm:
-    """An advantage transform + the PPO clipped surrogate (+ KL, entropy)."""
-    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
-    main = ppo_clip(clip_eps, eps_high, aggregation=aggregation, max_len=max_len)
-    objective = _with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
-    return Algorithm(chain(advantages), objective, aggregation)
+from rljax.objectives.value import clipped_value_loss
 
 
 def grpo(
@@ -115,7 +51,7 @@ def grpo(
       An `Algorithm`.
     """
     advantages = group_advantages(group_size, normalize_std=normalize_std)
-    return _ppo(
+    return ppo_preset(
         advantages,
         clip_eps,
         clip_eps_high,
@@ -168,7 +104,7 @@ def dapo(
         group_advantages(group_size),
     ]
     main = ppo_clip(clip_eps_low, clip_eps_high, aggregation="token-mean")
-    objective = _with_regularizers(main, "token-mean", None, 0.0, "k3", entropy_coef)
+    objective = with_regularizers(main, "token-mean", None, 0.0, "k3", entropy_coef)
     return Algorithm(chain(*stages), objective, "token-mean")
 
 
@@ -185,7 +121,7 @@ def gspo(
     length-normalised sequence-level importance ratio; `token_level` gives GSPO-token."""
     aggregation = "seq-mean-token-mean"
     main = (gspo_token if token_level else gspo_objective)(eps_low, eps_high, aggregation)
-    objective = _with_regularizers(main, aggregation, None, kl_coef, kl_estimator, entropy_coef)
+    objective = with_regularizers(main, aggregation, None, kl_coef, kl_estimator, entropy_coef)
     return Algorithm(chain(group_advantages(group_size)), objective, aggregation)
 
 
@@ -202,7 +138,7 @@ def cispo(
     """CISPO (MiniMax-M1 report, arXiv 2506.13585): GRPO advantages + REINFORCE with a clipped,
     stop-gradient importance weight, so no token's gradient is dropped."""
     main = cispo_objective(eps_high, eps_low, aggregation, max_len)
-    objective = _with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
+    objective = with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
     return Algorithm(chain(group_advantages(group_size)), objective, aggregation)
 
 
@@ -216,11 +152,15 @@ def gpg(
     entropy_coef: float = 0.0,
 ) -> Algorithm:
     """GPG ("GPG: A Simple and Strong Reinforcement Learning Baseline for Model Reasoning",
-    arXiv 2504.02546): group-centred rewards (no std) + plain policy gradient, no ratio or clip."""
-    main = gpg_objective(aggregation, max_len, valid_group_scaling, group_size)
-    objective = _with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
-    advantages = group_advantages(group_size, normalize_std=False)
-    return Algorithm(chain(advantages), objective, aggregation)
+    arXiv 2504.02546): group-centred rewards (no std) + plain policy gradient, no ratio or clip.
+    `valid_group_scaling` multiplies the advantages by B / B_valid (computed on the whole batch
+    by a transform, so minibatch shuffling cannot change it)."""
+    main = gpg_objective(aggregation, max_len)
+    objective = with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
+    stages = [group_advantages(group_size, normalize_std=False)]
+    if valid_group_scaling:
+        stages.append(gpg_valid_group_scaling(group_size))
+    return Algorithm(chain(*stages), objective, aggregation)
 
 
 def rloo(
@@ -235,7 +175,7 @@ def rloo(
 ) -> Algorithm:
     """RLOO leave-one-out advantages ("Back to Basics: Revisiting REINFORCE Style Optimization
     for Learning from Human Feedback in LLMs", arXiv 2402.14740) + PPO clip."""
-    return _ppo(
+    return ppo_preset(
         leave_one_out_advantages(group_size),
         clip_eps,
         clip_eps_high,
@@ -260,7 +200,7 @@ def reinforce_pp(
     """REINFORCE++ ("REINFORCE++: A Simple and Efficient Approach for Aligning Large Language
     Models", arXiv 2501.03262): rewards whitened over the whole batch + PPO clip. With a
     `group_size`, the group mean is subtracted first (REINFORCE++-baseline)."""
-    return _ppo(
+    return ppo_preset(
         batch_whitened_advantages(group_size),
         clip_eps,
         clip_eps_high,
@@ -284,7 +224,7 @@ def opo(
 ) -> Algorithm:
     """OPO's length-weighted optimal baseline ("On-Policy RL with Optimal Reward Baseline",
     arXiv 2505.23585) + PPO clip."""
-    return _ppo(
+    return ppo_preset(
         length_weighted_baseline_advantages(group_size),
         clip_eps,
         clip_eps_high,
@@ -310,7 +250,7 @@ def pass_at_k(
     """Pass@k training ("Pass@k Training for Adaptively Balancing Exploration and Exploitation
     of Large Reasoning Models", arXiv 2508.10751): analytical pass@k group advantages for
     binary rewards + PPO clip."""
-    return _ppo(
+    return ppo_preset(
         pass_at_k_group_advantages(group_size, k),
         clip_eps,
         clip_eps_high,
@@ -346,7 +286,7 @@ def ppo(
     del group_size
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
     main = ppo_clip(clip_eps, eps_high, dual_clip_c, aggregation, max_len)
-    objective = _with_regularizers(main, aggregation, max_len, 0.0, "k3", entropy_coef)
+    objective = with_regularizers(main, aggregation, max_len, 0.0, "k3", entropy_coef)
     return Algorithm(
         chain(gae_advantages(gamma, lam, kl_coef=kl_coef, kl_estimator=kl_estimator)),
         objective,
@@ -370,7 +310,7 @@ def remax(
     completion as baseline, + PPO clip. The driver runs the greedy decoding
     (`greedy_baseline=True`); `group_size` is unused (the baseline is per prompt)."""
     del group_size
-    algorithm = _ppo(
+    algorithm = ppo_preset(
         greedy_baseline_advantages(),
         clip_eps,
         clip_eps_high,

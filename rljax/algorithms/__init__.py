@@ -1,0 +1,61 @@
+"""Named algorithms: a transform chain plus an objective, a few lines each.
+
+`Algorithm` bundles what the train steps need; `established` holds the presets every RL
+framework has (GRPO, PPO, RLOO, DAPO, ...), `seed_methods` those of recent papers.
+"""
+
+from rljax.algorithms.base import Algorithm
+from rljax.algorithms.established import (
+    cispo,
+    dapo,
+    dr_grpo,
+    gpg,
+    grpo,
+    gspo,
+    opo,
+    pass_at_k,
+    ppo,
+    reinforce_pp,
+    remax,
+    rloo,
+)
+from rljax.algorithms.seed_methods import (
+    dgpo,
+    dr_mas,
+    edo,
+    expthink,
+    gprl,
+    ibpo,
+    kernel_baseline,
+    mu_grpo,
+    otb,
+    power_distillation,
+    sapo,
+)
+
+__all__ = [
+    "Algorithm",
+    "grpo",
+    "dr_grpo",
+    "dapo",
+    "gspo",
+    "cispo",
+    "gpg",
+    "rloo",
+    "reinforce_pp",
+    "opo",
+    "pass_at_k",
+    "ppo",
+    "remax",
+    "mu_grpo",
+    "sapo",
+    "expthink",
+    "dr_mas",
+    "kernel_baseline",
+    "ibpo",
+    "gprl",
+    "dgpo",
+    "otb",
+    "power_distillation",
+    "edo",
+]

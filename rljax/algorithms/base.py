@@ -1,0 +1,76 @@
+"""`Algorithm` and the shared pieces of the presets: regularisers and the PPO-clip preset."""
+
+from typing import NamedTuple
+
+from rljax.core.objective import Objective, sum_objectives
+from rljax.core.transform import Transform, chain
+from rljax.objectives.entropy import entropy_bonus
+from rljax.objectives.kl import kl_loss
+from rljax.objectives.surrogate import ppo_clip
+from rljax.objectives.value import ValueLoss
+
+
+class Algorithm(NamedTuple):
+    """An RL algorithm: `transform` prepares the batch, `objective` is the loss.
+
+    Attributes:
+      transform: the transform chain run once per rollout batch (rewards -> advantages).
+      objective: the policy loss.
+      aggregation: the loss aggregation mode its terms share; the update step uses it to weigh
+        micro-batches so gradient accumulation is exact.
+      batch_stats: extra per-token statistics of the pre-update policy the transforms read
+        from `batch.extras`, computed by the prepare step (`rljax.train.steps.BATCH_STATS`).
+      value_loss: the critic's loss for algorithms with a learned value function (PPO with
+        GAE), or None; such an algorithm trains with a critic in the train state.
+      greedy_baseline: the driver also decodes each prompt greedily and puts the greedy
+        completion's reward in `batch.extras["baseline_reward"]` (ReMax).
+      needs_reference: the train state keeps a frozen reference policy even without a KL
+        term (DGPO's deviation from the reference).
+    """
+
+    transform: Transform
+    objective: Objective
+    aggregation: str = "token-mean"
+    batch_stats: tuple[str, ...] = ()
+    value_loss: ValueLoss | None = None
+    greedy_baseline: bool = False
+    needs_reference: bool = False
+
+
+def with_regularizers(
+    main: Objective,
+    aggregation: str,
+    max_len: int | None,
+    kl_coef: float,
+    kl_estimator: str,
+    entropy_coef: float,
+) -> Objective:
+    """`main` plus the KL(pi || ref) loss and entropy bonus when their coefficients are non-zero."""
+    terms = [main]
+    if kl_coef:
+        terms.append(kl_loss(kl_coef, kl_estimator, aggregation, max_len))
+    if entropy_coef:
+        terms.append(entropy_bonus(entropy_coef, aggregation, max_len))
+    return sum_objectives(*terms)
+
+
+def ppo_preset(
+    advantages: Transform,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k3",
+    entropy_coef: float = 0.0,
+    aggregation: str = "token-mean",
+    max_len: int | None = None,
+) -> Algorithm:
+    """An advantage transform + the PPO clipped surrogate (+ KL, entropy).
+
+    The keyword arguments are the PPO settings that the presets below accept as
+    `**ppo_settings`: clip ranges, KL(pi || ref) loss coefficient and estimator, entropy bonus,
+    loss aggregation mode and its `max_len`.
+    """
+    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    main = ppo_clip(clip_eps, eps_high, aggregation=aggregation, max_len=max_len)
+    objective = with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
+    return Algorithm(chain(advantages), objective, aggregation)

@@ -1,0 +1,201 @@
+"""Presets of the seed papers' methods (`../shared/seeds`), a few lines each."""
+
+import jax.numpy as jnp
+
+from rljax.advantages.agent_groups import agent_advantages
+from rljax.advantages.dgpo import deviation_gated_advantages
+from rljax.advantages.exploration_bias import exploration_bias
+from rljax.advantages.expthink import expthink_advantages, expthink_rewards
+from rljax.advantages.gprl import preference_advantages
+from rljax.advantages.group import group_advantages
+from rljax.advantages.kernel_baseline import kernel_baseline_advantages
+from rljax.advantages.optimal_token_baseline import optimal_token_baseline_advantages
+from rljax.advantages.prefix_tree import implicit_process_advantages
+from rljax.algorithms.base import Algorithm, ppo_preset, with_regularizers
+from rljax.core.transform import chain
+from rljax.objectives.mu_grpo import mu_grpo as mu_grpo_objective
+from rljax.objectives.power_distillation import power_weighting, weighted_sft
+from rljax.objectives.sapo import sapo as sapo_objective
+
+
+def mu_grpo(
+    group_size: int,
+    eps_low: float = 0.2,
+    eps_high: float = 0.28,
+    veto_delta: float | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k3",
+    entropy_coef: float = 0.0,
+    aggregation: str = "token-mean",
+    max_len: int | None = None,
+) -> Algorithm:
+    """Mu-GRPO (arXiv 2605.17570): GRPO advantages + the relaxed asymmetric clip and the
+    negative-advantage veto against the frozen stage policy (`batch.old_logprobs`). The few
+    large generation-optimisation stages are a schedule of the driver (several epochs and
+    minibatches per rollout batch: `train.epochs`, `train.minibatches`)."""
+    main = mu_grpo_objective(eps_low, eps_high, veto_delta, aggregation, max_len)
+    objective = with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
+    return Algorithm(chain(group_advantages(group_size)), objective, aggregation)
+
+
+def sapo(
+    group_size: int,
+    delimiter_ids: tuple[int, ...] = (10,),
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    process_advantages: bool = False,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k3",
+    entropy_coef: float = 0.0,
+    aggregation: str = "token-mean",
+    max_len: int | None = None,
+) -> Algorithm:
+    """SAPO ("Segment-Aligned Policy Optimization"): segment-level importance ratios and
+    advantages, segments ending at `delimiter_ids` (default: newline in byte and most BPE
+    vocabularies; pass your tokenizer's ids). The segment advantage is the mean token advantage
+    over the segment: GRPO's (constant per response) or, with `process_advantages`, IBPO's
+    prefix-tree process advantages, which differ between segments."""
+    if process_advantages:
+        advantages = implicit_process_advantages(group_size)
+    else:
+        advantages = group_advantages(group_size)
+    main = sapo_objective(tuple(delimiter_ids), eps_low, eps_high, aggregation, max_len)
+    objective = with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
+    return Algorithm(chain(advantages), objective, aggregation)
+
+
+def expthink(
+    group_size: int,
+    capacity: int = 1 << 20,
+    discount: float = 0.5,
+    correct_threshold: float = 1.0,
+    **ppo_settings,
+) -> Algorithm:
+    """ExpThink (arXiv 2605.07501): three-tier rewards against the shortest correct length
+    seen per prompt (state: a table of `capacity` prompts indexed by `extras["prompt_id"]`,
+    which the driver fills with the task index modulo 2^31; ids >= capacity are not tracked)
+    and the difficulty-adaptive advantage (correct-count instead of std normalisation), + PPO
+    clip (`ppo_settings` as in `_ppo`)."""
+    rewards = expthink_rewards(capacity, 1.0, discount, correct_threshold)
+    transform = chain(rewards, expthink_advantages(group_size))
+    return ppo_preset(transform, **ppo_settings)
+
+
+def dr_mas(group_size: int, agent_key: str = "agent_id", **ppo_settings) -> Algorithm:
+    """Dr. MAS (arXiv 2602.08847): rewards normalised per (prompt, agent) cell, the agent id
+    read from `batch.extras[agent_key]`, + PPO clip (`ppo_settings` as in `_ppo`)."""
+    return ppo_preset(chain(agent_advantages(group_size, agent_key)), **ppo_settings)
+
+
+def kernel_baseline(group_size: int, bandwidth: float = 1.0, **ppo_settings) -> Algorithm:
+    """Kernel-smoothing value baseline (arXiv 2604.28005): a leave-one-out Nadaraya-Watson
+    baseline over prompt embeddings (the policy's mean prompt hidden state, computed by the
+    prepare step), + PPO clip. `group_size` is unused: the baseline pools across prompts."""
+    del group_size
+    algorithm = ppo_preset(chain(kernel_baseline_advantages(bandwidth)), **ppo_settings)
+    return algorithm._replace(batch_stats=("prompt_embedding",))
+
+
+def ibpo(group_size: int, **ppo_settings) -> Algorithm:
+    """IBPO (arXiv 2605.16302): implicit process-level advantages from the prefix tree of each
+    group's responses, + PPO clip (`ppo_settings` as in `_ppo`)."""
+    return ppo_preset(chain(implicit_process_advantages(group_size)), **ppo_settings)
+
+
+def gprl(
+    group_size: int,
+    num_dimensions: int,
+    weights: tuple[float, ...] | None = None,
+    drift_window: int = 8,
+    drift_threshold: float = 0.6,
+    **ppo_settings,
+) -> Algorithm:
+    """GPRL (arXiv 2605.18721): per-dimension group-relative advantages of [B, K] rewards,
+    combined with context-dependent weights (`extras["dimension_weights"]` or `weights`), and
+    the drift monitor that down-weights a dimension taking over the reward gain and tightens
+    the clip range (`extras["clip_scale"]`, read by the PPO surrogate)."""
+    advantages = preference_advantages(
+        group_size,
+        weights=None if weights is None else jnp.asarray(weights, jnp.float32),
+        drift_window=drift_window,
+        drift_threshold=drift_threshold,
+        num_dimensions=num_dimensions,
+    )
+    return ppo_preset(chain(advantages), **ppo_settings)
+
+
+def dgpo(
+    group_size: int,
+    vocab_size: int,
+    temperature: float = 1.0,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    entropy_coef: float = 0.0,
+    aggregation: str = "token-mean",
+    max_len: int | None = None,
+) -> Algorithm:
+    """DGPO (arXiv 2605.03327): the GRPO sequence advantage redistributed over tokens by
+    entropy-gated Hellinger deviation from the reference (credit mass preserved), PPO clip and
+    no KL term. Needs the reference policy and the prepare step's Hellinger statistic."""
+    transform = chain(
+        group_advantages(group_size), deviation_gated_advantages(vocab_size, temperature)
+    )
+    algorithm = ppo_preset(
+        transform,
+        clip_eps,
+        clip_eps_high,
+        entropy_coef=entropy_coef,
+        aggregation=aggregation,
+        max_len=max_len,
+    )
+    return algorithm._replace(batch_stats=("old_ref_hellinger",), needs_reference=True)
+
+
+def otb(
+    group_size: int,
+    use_is_weight: bool = False,
+    handle_zero_tail: bool = False,
+    **ppo_settings,
+) -> Algorithm:
+    """Optimal Token Baseline (arXiv 2602.07078): a per-position group baseline weighted by
+    the cumulative logit-gradient proxy (from the prepare step's sum of squared
+    probabilities), no std normalisation, + PPO clip (`ppo_settings` as in `_ppo`)."""
+    advantages = optimal_token_baseline_advantages(group_size, use_is_weight, handle_zero_tail)
+    algorithm = ppo_preset(chain(advantages), **ppo_settings)
+    return algorithm._replace(batch_stats=("old_sum_sq_prob",))
+
+
+def edo(
+    group_size: int,
+    coef: float = 0.1,
+    only_correct: bool = False,
+    **ppo_settings,
+) -> Algorithm:
+    """ED-GRPO, exploration-driven reward biasing ("Exploration-Driven Optimization"; an
+    interpretation, see `rljax.advantages.exploration_bias`): rewards get a bonus for
+    responses the policy finds unlikely, then GRPO advantages and PPO clip."""
+    transform = chain(
+        exploration_bias(coef, only_correct=only_correct), group_advantages(group_size)
+    )
+    return ppo_preset(transform, **ppo_settings)
+
+
+def power_distillation(
+    group_size: int,
+    alpha: float = 4.0,
+    teacher: str = "old",
+    proposal: str = "old",
+    length_normalize: bool = False,
+) -> Algorithm:
+    """Power-distribution self-distillation (arXiv 2605.04542; Karan & Du 2025, "Reasoning with
+    Sampling: Your Language Model is Secretly a Reasoning Model"): SFT towards p^alpha on the
+    batch's own samples, reweighted by self-normalised importance weights within each group.
+    The default teacher is the pre-update policy itself; `teacher="ref"` distils the frozen
+    reference (kept in the train state)."""
+    weighting = power_weighting(group_size, alpha, teacher, proposal, length_normalize)
+    return Algorithm(
+        chain(weighting),
+        weighted_sft("seq-mean-token-sum"),
+        "seq-mean-token-sum",
+        needs_reference=teacher == "ref",
+    )
