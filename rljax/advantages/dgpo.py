@@ -11,6 +11,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rljax.core.aggregation import masked_mean
 from rljax.core.batch import Batch
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
@@ -22,11 +23,6 @@ def _check_settings(vocab_size: int, temperature: float) -> None:
         )
     if not temperature > 0:
         raise ValueError(f"temperature={temperature} must be > 0 (the softmax divides by it)")
-
-
-def _masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
-    """Mean of x over the valid tokens of the whole batch; 0 when there are none."""
-    return jnp.where(mask, x, 0.0).sum() / jnp.maximum(mask.sum(), 1).astype(x.dtype)
 
 
 def dgpo_token_weights(
@@ -123,8 +119,8 @@ def deviation_gated_advantages(vocab_size: int, temperature: float = 1.0) -> Tra
         seq_adv = jnp.where(mask, batch.advantages, 0.0).sum(axis=1) / n  # over valid tokens
         token_adv = weights * seq_adv[:, None]
         metrics = {
-            "dgpo/hellinger_mean": _masked_mean(hellinger, mask),
-            "dgpo/gate_mean": _masked_mean(entropy / math.log(vocab_size), mask),
+            "dgpo/hellinger_mean": masked_mean(hellinger, mask),
+            "dgpo/gate_mean": masked_mean(entropy / math.log(vocab_size), mask),
             "dgpo/weight_max": jnp.where(mask.any(), jnp.where(mask, weights, 0.0).max(), 0.0),
         }
         return batch.replace(advantages=token_adv), metrics

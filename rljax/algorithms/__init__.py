@@ -1,10 +1,12 @@
 """Named algorithms: a transform chain plus an objective, a few lines each.
 
 `Algorithm` bundles what the train steps need; `established` holds the presets every RL
-framework has (GRPO, PPO, RLOO, DAPO, ...), `seed_methods` those of recent papers.
+framework has (GRPO, PPO, RLOO, DAPO, ...), `seed_methods` those of recent papers,
+`entropy_control` those that steer the policy's entropy.
 """
 
 from rljax.algorithms.base import Algorithm
+from rljax.algorithms.entropy_control import clip_cov, entrocraft, entropic, kl_cov, uec_rl
 from rljax.algorithms.established import (
     cispo,
     dapo,
@@ -58,4 +60,9 @@ __all__ = [
     "otb",
     "power_distillation",
     "edo",
+    "entrocraft",
+    "entropic",
+    "clip_cov",
+    "kl_cov",
+    "uec_rl",
 ]

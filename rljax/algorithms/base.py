@@ -4,6 +4,7 @@ from typing import NamedTuple
 
 from rljax.core.objective import Objective, sum_objectives
 from rljax.core.transform import Transform, chain
+from rljax.entropy.uec import UECSettings
 from rljax.objectives.entropy import entropy_bonus
 from rljax.objectives.kl import kl_loss
 from rljax.objectives.surrogate import ppo_clip
@@ -26,6 +27,9 @@ class Algorithm(NamedTuple):
         completion's reward in `batch.extras["baseline_reward"]` (ReMax).
       needs_reference: the train state keeps a frozen reference policy even without a KL
         term (DGPO's deviation from the reference).
+      collection: how the driver collects batches: None is one rollout per step
+        (`rljax.train.collect`); `UECSettings` is UEC-RL's hard-prompt exploration, batch
+        buffer and replay (`rljax.train.uec`).
     """
 
     transform: Transform
@@ -35,6 +39,7 @@ class Algorithm(NamedTuple):
     value_loss: ValueLoss | None = None
     greedy_baseline: bool = False
     needs_reference: bool = False
+    collection: UECSettings | None = None
 
 
 def with_regularizers(

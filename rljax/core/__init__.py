@@ -5,6 +5,7 @@ from rljax.core.aggregation import (
     aggregate,
     aggregation_denominator,
     check_aggregation_mode,
+    masked_mean,
 )
 from rljax.core.batch import (
     Batch,
@@ -35,6 +36,7 @@ __all__ = [
     "equal_reward_fraction",
     "init_train_state",
     "make_batch",
+    "masked_mean",
     "merge_metrics",
     "stateless",
     "sum_objectives",

@@ -44,6 +44,19 @@ def _safe_div(num: jax.Array, den: jax.Array) -> jax.Array:
     return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
 
 
+def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
+    """Scalar mean of `x` over the True entries of `mask` (all axes together); 0 if none.
+
+    For batch-level statistics (entropy, covariances, metrics); loss aggregation over
+    weights is `aggregate`. Masked entries never reach the sum, so NaN there is ignored.
+    """
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.float32)
+    total = jnp.where(mask, x, 0.0).sum()
+    return total / jnp.maximum(jnp.sum(mask), 1).astype(x.dtype)
+
+
 def aggregate(
     per_token_loss: jax.Array,
     weights: jax.Array,

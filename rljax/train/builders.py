@@ -6,6 +6,7 @@ results together. Errors name the config key and say what to change.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from ml_collections import ConfigDict
 from rljax import algorithms
 from rljax.core.state import TrainState, init_train_state
 from rljax.data.tasks import Task, get_task
+from rljax.entropy.uec import UECSettings
 from rljax.models.config import TransformerConfig
 from rljax.models.fetch import fetch_smollm2
 from rljax.models.gguf import load_gguf
@@ -134,15 +136,18 @@ def prompt_format(
 def build_algorithm(config: ConfigDict, vocab_size: int | None = None) -> algorithms.Algorithm:
     """The `algorithm.name` preset with the `algorithm.*` settings; group size = n_samples.
 
-    Presets that take a `vocab_size` (DGPO's entropy gate) get the policy's.
+    Presets that take a `vocab_size` (DGPO's entropy gate) get the policy's; presets that take
+    `total_steps` (Entrocraft's schedules) get `train.steps`.
     """
     a = config.algorithm
     kwargs: dict[str, Any] = {k: v for k, v in a.items() if k != "name"}
     preset = ALGORITHMS[a.name]
-    if "vocab_size" in inspect.signature(preset).parameters and "vocab_size" not in kwargs:
-        if vocab_size is None:
-            raise ValueError(f"algorithm.name={a.name!r} needs the policy's vocab_size")
-        kwargs["vocab_size"] = vocab_size
+    run_values = {"vocab_size": vocab_size, "total_steps": config.train.steps}
+    for name, value in run_values.items():
+        if name in inspect.signature(preset).parameters and name not in kwargs:
+            if value is None:
+                raise ValueError(f"algorithm.name={a.name!r} needs the policy's {name}")
+            kwargs[name] = value
     try:
         return preset(group_size=config.rollout.n_samples, **kwargs)
     except TypeError as err:  # a setting this algorithm does not take
@@ -171,6 +176,15 @@ def build_rollout_config(config: ConfigDict, tokenizer: Tokenizer) -> RolloutCon
         pad_id=tokenizer.pad_id,
         sampling=SamplingParams(temperature=r.temperature, top_k=r.top_k, top_p=r.top_p),
     )
+
+
+def build_explore_rollout_config(
+    config: ConfigDict, tokenizer: Tokenizer, settings: UECSettings
+) -> RolloutConfig:
+    """UEC-RL's exploration sampler: `settings.explore_samples` per prompt at its temperature."""
+    base = build_rollout_config(config, tokenizer)
+    sampling = dataclasses.replace(base.sampling, temperature=settings.explore_temperature)
+    return dataclasses.replace(base, n_samples=settings.explore_samples, sampling=sampling)
 
 
 def build_update_config(config: ConfigDict) -> UpdateConfig:

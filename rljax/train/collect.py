@@ -40,7 +40,8 @@ def decode_completions(tokenizer: Tokenizer, tokens: np.ndarray, mask: np.ndarra
     ]
 
 
-def _score(task: Task, tokenizer: Tokenizer, prompts: dict, tokens, mask, repeats: int):
+def score_rollout(task: Task, tokenizer: Tokenizer, prompts: dict, tokens, mask, repeats: int):
+    """Rewards of decoded completions ([N * repeats]) and the reward-function failure counts."""
     texts = decode_completions(tokenizer, np.asarray(tokens), np.asarray(mask))
     repeat = lambda xs: [x for x in xs for _ in range(repeats)]
     return score_completions(
@@ -96,7 +97,7 @@ def collect_batch(
         prompts = next(data)
         tokens, mask = jnp.asarray(prompts["prompt_tokens"]), jnp.asarray(prompts["prompt_mask"])
         out = rollout(tokens, mask, attempt)
-        rewards, fails = _score(
+        rewards, fails = score_rollout(
             task, tokenizer, prompts, out.completion_tokens, out.completion_mask, n_samples
         )
         for k, v in fails.items():
@@ -124,7 +125,7 @@ def collect_batch(
         metrics["refill/short_groups"] = float(max(short, 0))
     rows = {k: v[:wanted] for k, v in rows.items()}
     batch = _to_batch(rows, n_samples)
-    metrics.update(_rollout_metrics(np.asarray(batch.rewards), np.asarray(batch.completion_mask)))
+    metrics.update(rollout_metrics(np.asarray(batch.rewards), np.asarray(batch.completion_mask)))
     metrics.update({f"reward/failures_{k}": float(v) for k, v in failures.items()})
     return batch, metrics
 
@@ -150,7 +151,9 @@ def _groups(prompts, out: Rollout, rewards: np.ndarray, g: int) -> dict[str, np.
 
 def _add_greedy_baseline(groups, greedy, prompts, task, tokenizer, g: int) -> None:
     out = greedy(jnp.asarray(prompts["prompt_tokens"]), jnp.asarray(prompts["prompt_mask"]))
-    rewards, _ = _score(task, tokenizer, prompts, out.completion_tokens, out.completion_mask, 1)
+    rewards, _ = score_rollout(
+        task, tokenizer, prompts, out.completion_tokens, out.completion_mask, 1
+    )
     groups["baseline_reward"] = np.repeat(rewards[:, None], g, axis=1)
 
 
@@ -180,7 +183,8 @@ def _to_batch(rows: dict[str, np.ndarray], g: int) -> Batch:
     )
 
 
-def _rollout_metrics(rewards: np.ndarray, completion_mask: np.ndarray) -> dict[str, float]:
+def rollout_metrics(rewards: np.ndarray, completion_mask: np.ndarray) -> dict[str, float]:
+    """Reward, accuracy and response-length statistics of sampled rows."""
     lengths = completion_mask.sum(axis=1)
     return {
         "reward/mean": float(rewards.mean()),

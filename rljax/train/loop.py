@@ -35,6 +35,7 @@ from rljax.rollout.sampler import generate
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.builders import (
     build_algorithm,
+    build_explore_rollout_config,
     build_optimizer,
     build_policy,
     build_rollout_config,
@@ -48,6 +49,7 @@ from rljax.train.checkpoint import Checkpointer
 from rljax.train.collect import collect_batch, decode_completions
 from rljax.train.sft import run_sft
 from rljax.train.steps import make_steps
+from rljax.train.uec import UECDriver
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +130,7 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
 
     data = prompt_batches(prompts.dataset(task, "train", seed=config.seed), t.prompts_per_step)
     start = checkpointer.latest_step()
+    driver_state = None
     if start is None:
         if config.sft.steps > 0:
             params = _warm_start(graphdef, params, task, prompts, config, log)
@@ -141,6 +144,8 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
             config, model_config, params, algorithm, optimizer
         )
         state, data_state = checkpointer.restore(start, like)
+        if algorithm.collection is not None:
+            driver_state = checkpointer.restore_driver(start)
         data.set_state(data_state)
         logging.info("resumed from %s at step %d", checkpointer.directory, start)
 
@@ -165,53 +170,79 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         dynamic_ncols=True,
     )
     last_eval = {k: v for k, v in records[-1].items() if k.startswith("eval/")} if records else {}
-    for step in bar:
-        tick = time.perf_counter()
-        greedy = None
-        if algorithm.greedy_baseline:  # ReMax: the current policy's greedy completions
-            greedy = functools.partial(
-                generate,
-                graphdef,
-                state.params,
-                rng=jax.random.PRNGKey(0),
-                max_new_tokens=config.rollout.max_new_tokens,
-                eos_id=tokenizer.eos_id,
-                pad_id=tokenizer.pad_id,
-                sampling=SamplingParams(greedy=True),
-            )
-        batch, host_metrics = collect_batch(
-            functools.partial(steps.rollout, state),
-            data,
+    uec = None
+    if algorithm.collection is not None:  # UEC-RL: exploration rollouts and a replay buffer
+        uec = UECDriver(
+            algorithm.collection,
             task,
             tokenizer,
             n_samples,
-            config.rollout.get("max_refill_rounds", 0),
-            greedy,
+            t.prompts_per_step * n_samples,
+            config.seed,
+            prompt_multiple=batch_split,
         )
+        if driver_state is not None:
+            uec.load(driver_state)
+        explore = make_steps(
+            graphdef,
+            optimizer,
+            algorithm,
+            build_explore_rollout_config(config, tokenizer, algorithm.collection),
+            mesh=mesh,
+            state_shardings=shardings,
+        )
+
+    def learn(state, batch):
         state, batch, prepare_metrics = steps.prepare(state, batch)
         state, update_metrics = steps.update(state, batch)
-        metrics = {
-            **host_metrics,
-            **prepare_metrics,
-            **update_metrics,
-        }
+        return state, {**prepare_metrics, **update_metrics}
+
+    for step in bar:
+        tick = time.perf_counter()
+        done = step + 1
+        if uec is None:
+            batch, metrics = collect_batch(
+                functools.partial(steps.rollout, state),
+                data,
+                task,
+                tokenizer,
+                n_samples,
+                config.rollout.get("max_refill_rounds", 0),
+                _greedy_decoder(graphdef, state, config, tokenizer, algorithm),
+            )
+            state, learned = learn(state, batch)
+            metrics.update(learned)
+            tokens = float(np.asarray(batch.completion_mask).sum())
+        else:
+            # The loop step salts the rollout key: a step without an update keeps state.step.
+            batches, metrics = uec.collect(
+                functools.partial(steps.rollout, state, attempt=2 * done),
+                functools.partial(explore.rollout, state, attempt=2 * done + 1),
+                data,
+            )
+            updates, replays = [], []
+            for batch in batches:
+                state, learned = learn(state, batch)
+                updates.append(learned)
+            for batch in uec.replay_batches(done):
+                state, learned = learn(state, batch)
+                replays.append(learned)
+            metrics.update(_mean_metrics(updates))
+            metrics.update({f"replay/{k}": v for k, v in _mean_metrics(replays).items()})
+            metrics["uec/replay_updates"] = float(len(replays))
+            tokens = float(sum(np.asarray(b.completion_mask).sum() for b in batches))
         jax.block_until_ready(state.step)
         seconds = time.perf_counter() - tick
-        metrics.update(
-            {
-                "time/step_s": seconds,
-                "time/tokens_per_s": float(np.asarray(batch.completion_mask).sum()) / seconds,
-            }
-        )
-        done = step + 1
+        metrics.update({"time/step_s": seconds, "time/tokens_per_s": tokens / seconds})
         if done % t.eval_every == 0 or done == t.steps:
             last_eval = evaluate(graphdef, state.params, task, prompts, config)
             metrics.update(last_eval)
         log(done, metrics)
-        shown = {**{k: records[-1][k] for k in ("reward/mean", "entropy")}, **last_eval}
+        shown = {k: records[-1][k] for k in ("reward/mean", "entropy") if k in records[-1]}
+        shown.update(last_eval)
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if k != "eval/reward"})
         if done % t.checkpoint_every == 0 or done == t.steps:
-            checkpointer.save(done, state, data.get_state())
+            checkpointer.save(done, state, data.get_state(), None if uec is None else uec.state())
             if done == t.kill_at_step:  # crash-safety tests: die hard once this is on disk
                 checkpointer.wait()
                 writer.close()
@@ -220,6 +251,29 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
     checkpointer.close()
     writer.close()
     return records
+
+
+def _greedy_decoder(graphdef, state, config: ConfigDict, tokenizer: Tokenizer, algorithm):
+    """ReMax's greedy decoder of the current policy, or None when the algorithm needs none."""
+    if not algorithm.greedy_baseline:
+        return None
+    return functools.partial(
+        generate,
+        graphdef,
+        state.params,
+        rng=jax.random.PRNGKey(0),
+        max_new_tokens=config.rollout.max_new_tokens,
+        eos_id=tokenizer.eos_id,
+        pad_id=tokenizer.pad_id,
+        sampling=SamplingParams(greedy=True),
+    )
+
+
+def _mean_metrics(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Per-key means over the updates of one step (UEC-RL runs zero, one or more)."""
+    if not records:
+        return {}
+    return {k: float(np.mean([float(r[k]) for r in records])) for k in records[0]}
 
 
 def _warm_start(

@@ -22,10 +22,11 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rljax.algorithms import Algorithm
-from rljax.core.aggregation import aggregation_denominator
+from rljax.core.aggregation import aggregation_denominator, masked_mean
 from rljax.core.batch import Batch
 from rljax.core.state import TrainState
 from rljax.core.transform import Context, Metrics
+from rljax.entropy.covariance import logprob_advantage_covariance
 from rljax.objectives.kl import kl_penalty
 from rljax.parallel.rules import DEFAULT_RULES, MeshAxes
 from rljax.rollout.sampler import Rollout, generate
@@ -88,11 +89,6 @@ class Steps(NamedTuple):
 
 def _step_key(state: TrainState, salt: int) -> jax.Array:
     return jax.random.fold_in(jax.random.fold_in(state.rng, state.step), salt)
-
-
-def _masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
-    mask = mask.astype(jnp.float32)
-    return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
 
 
 def make_steps(
@@ -217,11 +213,16 @@ def make_steps(
         log_ratio = batch.rollout_logprobs - old_logprobs
         metrics = {
             **metrics,
-            "entropy": _masked_mean(old_entropy, mask),
+            "entropy": masked_mean(old_entropy, mask),
             # Sampler vs trainer log-prob gap (0 up to numerics when both are the same policy
             # at temperature 1; large under quantized rollouts or other temperatures).
-            "rollout_trainer_logprob_gap": _masked_mean(jnp.abs(log_ratio), mask),
-            "kl_to_ref": _masked_mean(kl_penalty(old_logprobs, ref_logprobs, "k3"), mask),
+            "rollout_trainer_logprob_gap": masked_mean(jnp.abs(log_ratio), mask),
+            "kl_to_ref": masked_mean(kl_penalty(old_logprobs, ref_logprobs, "k3"), mask),
+            # Cui et al.'s first-order law: a natural-PG step of size eta changes the entropy
+            # by about -eta * this, so a positive value predicts falling entropy.
+            "entropy/cov_logp_adv": logprob_advantage_covariance(
+                old_logprobs, batch.advantages, mask
+            ),
         }
         return state.replace(transform_state=transform_state), batch, metrics
 

@@ -7,7 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rljax.core.aggregation import AGGREGATION_MODES, aggregate, aggregation_denominator
+from rljax.core.aggregation import (
+    AGGREGATION_MODES,
+    aggregate,
+    aggregation_denominator,
+    masked_mean,
+)
 
 LOSS = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
 MASK = np.array([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]], np.float32)
@@ -148,3 +153,11 @@ def test_denominator_weighted_microbatches_equal_the_whole_batch(mode):
         "seq-mean-token-sum-norm": 6,
     }[mode]
     assert float(aggregation_denominator(jnp.asarray(weights), mode)) == want
+
+
+def test_masked_mean_hand_values_ignore_masked_nan_and_empty_mask_is_zero():
+    x = jnp.array([[1.0, 2.0, jnp.nan], [4.0, jnp.inf, 6.0]])
+    mask = jnp.array([[True, True, False], [True, False, False]])
+    np.testing.assert_allclose(float(masked_mean(x, mask)), 7.0 / 3.0, rtol=1e-6)
+    assert float(masked_mean(x, jnp.zeros_like(mask))) == 0.0
+    assert float(masked_mean(mask, mask)) == 1.0  # booleans average as 0/1

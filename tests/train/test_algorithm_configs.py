@@ -57,6 +57,8 @@ def test_three_updates_are_finite_and_move_the_params(name):
         rollout = steps.rollout(state, prompts, jnp.ones_like(prompts, bool))
         # Binary rewards with both values in every group (pass@k needs binary rewards).
         rewards = jnp.asarray(np.tile([1.0, 0.0, 0.0, 1.0 - (i % 2)], 2), jnp.float32)
+        if algorithm.collection is not None:  # UEC-RL's driver chooses advantages on the host
+            extras["sequence_advantage"] = rewards - rewards.mean()
         batch = make_batch(
             rollout.prompt_tokens,
             rollout.prompt_mask,

@@ -31,14 +31,14 @@ TINY = [
 TIMING = ("time/step_s", "time/tokens_per_s")
 
 
-def launch(run_dir, *extra):
+def launch(run_dir, *extra, config="configs/grpo_addition.py"):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device
     return subprocess.run(
         [
             sys.executable,
             "-m",
             "launchers.train",
-            "--config=configs/grpo_addition.py",
+            f"--config={config}",
             f"--config.run_dir={run_dir}",
             *TINY,
             *extra,
@@ -59,15 +59,28 @@ def records(run_dir):
     return out
 
 
-def test_killed_run_resumes_with_identical_metrics(tmp_path):
+# UEC-RL keeps host-side sample buffers (rljax.train.uec) that must survive the crash too: with
+# a replay every 2 steps and every kept sample replayed, step 4's replay reads the buffer that
+# was restored from the step-2 checkpoint.
+UEC = (
+    "--config.algorithm.explore_samples=4",
+    "--config.algorithm.replay_threshold=0.0",
+    "--config.algorithm.replay_every=2",
+)
+RECIPES = {"grpo": ("configs/grpo_addition.py", ()), "uec_rl": ("configs/uec_rl_addition.py", UEC)}
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_killed_run_resumes_with_identical_metrics(tmp_path, recipe):
+    config, flags = RECIPES[recipe]
     straight, crashed = tmp_path / "straight", tmp_path / "crashed"
-    done = launch(straight)
+    done = launch(straight, *flags, config=config)
     assert done.returncode == 0, done.stderr[-3000:]
 
-    killed = launch(crashed, "--config.train.kill_at_step=2")
+    killed = launch(crashed, *flags, "--config.train.kill_at_step=2", config=config)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert sorted(os.listdir(crashed / "checkpoints")) == ["2"]
-    resumed = launch(crashed)
+    resumed = launch(crashed, *flags, config=config)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
     a, b = records(straight), records(crashed)

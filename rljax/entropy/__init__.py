@@ -1,0 +1,44 @@
+"""Entropy control: Entrocraft's scheduled band and entropic baseline, Cui et al.'s
+covariance law with Clip-Cov / KL-Cov, and UEC-RL's exploration and replay rules."""
+
+from rljax.entropy.covariance import (
+    clip_cov,
+    covariance_noise,
+    kl_cov,
+    logprob_advantage_covariance,
+    token_covariance,
+)
+from rljax.entropy.entrocraft import (
+    batch_entropy,
+    entrocraft_advantages,
+    entropic_advantages,
+    entropy_band,
+    raw_reward_advantages,
+)
+from rljax.entropy.uec import (
+    RowBuffer,
+    UECSettings,
+    hard_prompts,
+    host_advantages,
+    keep_samples,
+    truncated_rows,
+)
+
+__all__ = [
+    "batch_entropy",
+    "clip_cov",
+    "covariance_noise",
+    "entropic_advantages",
+    "entropy_band",
+    "entrocraft_advantages",
+    "kl_cov",
+    "logprob_advantage_covariance",
+    "raw_reward_advantages",
+    "token_covariance",
+    "RowBuffer",
+    "UECSettings",
+    "hard_prompts",
+    "host_advantages",
+    "keep_samples",
+    "truncated_rows",
+]

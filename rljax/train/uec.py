@@ -1,0 +1,217 @@
+"""The UEC-RL driver: hard-prompt exploration, a batch buffer and replay (host side).
+
+One call of `UECDriver.collect` is one generation round of UEC-RL ("Unified Entropy Control
+for Reinforcement Learning", arXiv 2604.14646; rules in `rljax.entropy.uec`): sample
+`n_samples` per prompt, give the hard prompts extra samples at a higher temperature, keep the
+samples whose advantage clears the thresholds, and return the full batches now in the batch
+buffer (often one, sometimes none or two). `replay_batches` returns the replay update's
+batches every `replay_every` steps. The buffers are part of the checkpoint (`state`/`load`),
+so a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rljax.advantages.group import grpo_advantages
+from rljax.core.batch import Batch, make_batch
+from rljax.data.tasks import Task
+from rljax.entropy.uec import (
+    RowBuffer,
+    Rows,
+    UECSettings,
+    hard_prompts,
+    keep_samples,
+    truncated_rows,
+)
+from rljax.models.tokenizer import Tokenizer
+from rljax.rollout.sampler import Rollout
+from rljax.train.collect import rollout_metrics, score_rollout
+
+# (prompt_tokens [N, P], prompt_mask [N, P]) -> Rollout of N * samples rows.
+RolloutFn = Callable[[jax.Array, jax.Array], Rollout]
+
+
+def _bucket(n: int, multiple: int, limit: int) -> int:
+    """How many prompts to explore for n hard ones: the next power of two >= n, rounded up to
+    a multiple of `multiple` (the mesh's batch split), at most `limit`. Few distinct shapes
+    means few compilations."""
+    size = max(1 << max(n - 1, 0).bit_length(), multiple)
+    return min(-(-size // multiple) * multiple, limit)
+
+
+class UECDriver:
+    """Collects UEC-RL batches of exactly `batch_rows` samples.
+
+    Args:
+      settings: UEC-RL's thresholds and buffer sizes.
+      task: scores completions.
+      tokenizer: decodes completions; its EOS id marks untruncated completions.
+      n_samples: G, ordinary samples per prompt (EFRame: 5).
+      batch_rows: rows per update batch (prompts_per_step * n_samples).
+      seed: seeds the replay sampling (with the step).
+      prompt_multiple: the number of explored prompts is padded to a multiple of this (the
+        devices the rollout's rows are split over).
+    """
+
+    def __init__(
+        self,
+        settings: UECSettings,
+        task: Task,
+        tokenizer: Tokenizer,
+        n_samples: int,
+        batch_rows: int,
+        seed: int,
+        prompt_multiple: int = 1,
+    ):
+        self.settings = settings
+        self.task = task
+        self.tokenizer = tokenizer
+        self.n_samples = n_samples
+        self.batch_rows = batch_rows
+        self.seed = seed
+        self.prompt_multiple = prompt_multiple
+        self.batch_buffer = RowBuffer(2 * batch_rows)
+        self.replay_buffer = RowBuffer(int(settings.replay_capacity * batch_rows))
+
+    def _sample(self, rollout: RolloutFn, prompts: dict, samples: int):
+        out = rollout(jnp.asarray(prompts["prompt_tokens"]), jnp.asarray(prompts["prompt_mask"]))
+        rewards, failures = score_rollout(
+            self.task,
+            self.tokenizer,
+            prompts,
+            out.completion_tokens,
+            out.completion_mask,
+            samples,
+        )
+        advantages = np.asarray(grpo_advantages(jnp.asarray(rewards), samples))
+        rows = {
+            "prompt_tokens": np.asarray(out.prompt_tokens),
+            "prompt_mask": np.asarray(out.prompt_mask),
+            "completion_tokens": np.asarray(out.completion_tokens),
+            "completion_mask": np.asarray(out.completion_mask),
+            "rollout_logprobs": np.asarray(out.sampling_logprobs),
+            "rewards": np.asarray(rewards, np.float32),
+            "sequence_advantage": advantages.astype(np.float32),
+            "prompt_id": np.repeat(np.asarray(prompts["index"]) % 2**31, samples).astype(np.int32),
+        }
+        return rows, failures
+
+    def _kept(self, rows: Rows, threshold: float) -> tuple[Rows, np.ndarray]:
+        truncated = truncated_rows(
+            rows["completion_tokens"], rows["completion_mask"], self.tokenizer.eos_id
+        )
+        keep = keep_samples(
+            rows["sequence_advantage"],
+            truncated,
+            threshold,
+            self.settings.drop_truncated_positive,
+        )
+        positive = rows["sequence_advantage"] > threshold
+        dropped = truncated & positive & self.settings.drop_truncated_positive
+        return {k: v[keep] for k, v in rows.items()}, dropped
+
+    def collect(
+        self, rollout: RolloutFn, explore_rollout: RolloutFn, data: Iterator[dict[str, Any]]
+    ) -> tuple[list[Batch], dict[str, float]]:
+        """One generation round; returns the batches ready for an update and host metrics.
+
+        Args:
+          rollout: the rollout step with `n_samples` per prompt at the run's temperature.
+          explore_rollout: the rollout step with `explore_samples` at `explore_temperature`.
+          data: prompt batches.
+
+        Returns:
+          The full batches popped from the batch buffer (their high-|A| samples also enter
+          the replay buffer), and metrics: the ordinary samples' reward/accuracy/length
+          statistics (comparable to other algorithms') and "uec/..." counts.
+        """
+        s, g = self.settings, self.n_samples
+        prompts = next(data)
+        rows, failures = self._sample(rollout, prompts, g)
+        metrics = rollout_metrics(rows["rewards"], rows["completion_mask"])
+        metrics.update({f"reward/failures_{k}": float(v) for k, v in failures.items()})
+        hard = hard_prompts(rows["rewards"], g, s.hard_reward_threshold)
+        kept, dropped = self._kept(rows, s.keep_threshold)
+        metrics["uec/hard_frac"] = float(hard.mean())
+        metrics["uec/kept_frac"] = len(kept["rewards"]) / len(rows["rewards"])
+        self.batch_buffer.add(kept)
+        explored = 0
+        if hard.any():
+            ids = np.flatnonzero(hard)
+            n_prompts = len(hard)
+            padded = np.resize(
+                ids, _bucket(len(ids), self.prompt_multiple, n_prompts)
+            )  # repeats ids to fill
+            extra, _ = self._sample(
+                explore_rollout,
+                {k: np.asarray(v)[padded] for k, v in prompts.items()},
+                s.explore_samples,
+            )
+            real = np.repeat(np.arange(len(padded)) < len(ids), s.explore_samples)
+            extra = {k: v[real] for k, v in extra.items()}
+            metrics["uec/explore_accuracy"] = float((extra["rewards"] >= 1.0).mean())
+            extra_kept, extra_dropped = self._kept(extra, s.explore_keep_threshold)
+            dropped = np.concatenate([dropped, extra_dropped])
+            explored = len(extra_kept["rewards"])
+            self.batch_buffer.add(extra_kept)
+        metrics["uec/explore_kept"] = float(explored)
+        metrics["uec/truncated_positive_dropped"] = float(dropped.sum())
+        batches = []
+        while len(self.batch_buffer) >= self.batch_rows:
+            ready = self.batch_buffer.pop(self.batch_rows)
+            high = np.abs(ready["sequence_advantage"]) > s.replay_threshold
+            self.replay_buffer.add({k: v[high] for k, v in ready.items()})
+            batches.append(rows_to_batch(ready))
+        metrics["uec/updates"] = float(len(batches))
+        metrics["uec/batch_buffer"] = float(len(self.batch_buffer))
+        metrics["uec/replay_buffer"] = float(len(self.replay_buffer))
+        return batches, metrics
+
+    def replay_batches(self, step: int) -> list[Batch]:
+        """The replay update's batches at `step` (every `replay_every` steps, else none).
+
+        As in EFRame: a full buffer is replayed whole; otherwise as many whole batches as it
+        holds are drawn from it without replacement.
+        """
+        buffer, b = self.replay_buffer, self.batch_rows
+        if step % self.settings.replay_every or len(buffer) < b:
+            return []
+        n = (len(buffer) // b) * b
+        if len(buffer) == buffer.capacity:
+            rows = {k: v[:n] for k, v in buffer.rows.items()}
+        else:
+            rows = buffer.sample(n, np.random.default_rng((self.seed, step)))
+        return [rows_to_batch({k: v[i : i + b] for k, v in rows.items()}) for i in range(0, n, b)]
+
+    def state(self) -> dict[str, Any]:
+        """Both buffers, for the checkpoint."""
+        return {"batch": self.batch_buffer.state(), "replay": self.replay_buffer.state()}
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Restores the buffers saved by `state`."""
+        self.batch_buffer.load(state.get("batch", {}))
+        self.replay_buffer.load(state.get("replay", {}))
+
+
+def rows_to_batch(rows: Rows) -> Batch:
+    """A `Batch` of UEC sample rows; each row is its own group (advantages come from the host)."""
+    n = len(rows["rewards"])
+    return make_batch(
+        rows["prompt_tokens"],
+        rows["prompt_mask"],
+        rows["completion_tokens"],
+        rows["completion_mask"],
+        np.arange(n),
+        rows["rewards"],
+        rollout_logprobs=rows["rollout_logprobs"],
+        extras={
+            "sequence_advantage": jnp.asarray(rows["sequence_advantage"]),
+            "prompt_id": jnp.asarray(rows["prompt_id"]),
+        },
+    )
