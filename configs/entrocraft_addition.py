@@ -3,6 +3,9 @@
 grpo_addition.py. The band starts near the warm-started policy's entropy (about 0.6
 nats/token) and anneals to a slightly lower one, the schedule the paper found best.
 
+On this task the paper's rule does not hold the band: the negative-only branch lowers the
+entropy too (README, "Entropy control, measured"); entrocraft_cov_addition.py does hold it.
+
 python -m launchers.train --config=configs/entrocraft_addition.py
 """
 
