@@ -6,6 +6,7 @@ from rljax.core.aggregation import (
     aggregation_denominator,
     check_aggregation_mode,
     masked_mean,
+    safe_div,
 )
 from rljax.core.batch import (
     Batch,
@@ -38,6 +39,7 @@ __all__ = [
     "make_batch",
     "masked_mean",
     "merge_metrics",
+    "safe_div",
     "stateless",
     "sum_objectives",
 ]

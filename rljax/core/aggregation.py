@@ -38,7 +38,7 @@ def check_aggregation_mode(mode: str, max_len: int | None = None) -> None:
         raise ValueError(f"max_len={max_len} must be positive (the generation budget)")
 
 
-def _safe_div(num: jax.Array, den: jax.Array) -> jax.Array:
+def safe_div(num: jax.Array, den: jax.Array) -> jax.Array:
     """num / den where den > 0, else 0; gradient-safe (no NaN through the masked branch)."""
     ok = den > 0
     return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
@@ -97,16 +97,16 @@ def aggregate(
     weights = weights.astype(per_token_loss.dtype)
     weighted = jnp.where(weights != 0, per_token_loss, 0.0) * weights
     if mode == "token-mean":
-        return _safe_div(weighted.sum(), weights.sum())
+        return safe_div(weighted.sum(), weights.sum())
     if mode == "seq-mean-token-sum-norm":
         b, t = per_token_loss.shape
         return weighted.sum() / (b * (t if max_len is None else max_len))
     seq_weight = weights.sum(axis=1)
     seq_loss = weighted.sum(axis=1)
     if mode == "seq-mean-token-mean":
-        seq_loss = _safe_div(seq_loss, seq_weight)
+        seq_loss = safe_div(seq_loss, seq_weight)
     n_seq = (seq_weight > 0).sum()
-    return _safe_div(seq_loss.sum(), n_seq.astype(seq_loss.dtype))
+    return safe_div(seq_loss.sum(), n_seq.astype(seq_loss.dtype))
 
 
 def aggregation_denominator(weights: jax.Array, mode: str) -> jax.Array:

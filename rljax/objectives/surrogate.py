@@ -30,7 +30,10 @@ def ppo_clip(
     [-20, 20] before exp. The loss is aggregated with `batch.loss_weights`.
     A transform may tighten the trust region per row by writing
     `batch.extras["clip_scale"]` ([B], e.g. GPRL's drift monitor): both clip
-    ranges are multiplied by it.
+    ranges are multiplied by it. A mismatch correction (`rljax.quant.mismatch.truncated_is`,
+    `adaptive_is`) may write `batch.extras["is_weight"]` ([B, T]): the per-token loss is then
+    multiplied by stop_gradient(is_weight) before aggregation (truncated IS, Yao et al. 2025:
+    the weight multiplies the PPO-clip term, not the aggregation's normaliser).
 
     Metrics, token means over valid (`batch.completion_mask`) tokens:
       "pg/loss": the aggregated loss.
@@ -81,6 +84,14 @@ def ppo_clip(
             dual_active = (adv < 0) & (per_token > bound)
             per_token = jnp.where(dual_active, bound, per_token)
             metrics["pg/dual_clip_frac"] = mean(dual_active)
+        is_weight = batch.extras.get("is_weight")
+        if is_weight is not None:
+            if is_weight.shape != per_token.shape:
+                raise ValueError(
+                    f'batch.extras["is_weight"] has shape {is_weight.shape}, expected [B, T] = '
+                    f"{per_token.shape}"
+                )
+            per_token = per_token * jax.lax.stop_gradient(is_weight)
         loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
         metrics["pg/loss"] = loss
         metrics["pg/ratio_mean"] = mean(ratio)

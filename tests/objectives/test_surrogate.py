@@ -157,3 +157,46 @@ def test_clip_scale_from_extras_tightens_the_clip_range_per_row():
     loss, metrics = objective(new, jnp.zeros((2, 1)), b)
     np.testing.assert_allclose(loss, -(1.15 + 1.1) / 2, rtol=1e-5)
     np.testing.assert_allclose(metrics["pg/clip_frac"], 0.5)
+
+
+def test_unit_is_weight_is_bit_identical_to_no_weight():
+    new = jnp.array(NEW)
+    for kwargs in ({}, {"dual_clip_c": 3.0}, {"aggregation": "seq-mean-token-sum"}):
+        plain = make()
+        weighted = plain.replace(extras={"is_weight": jnp.ones((2, 3), jnp.float32)})
+        objective = ppo_clip(**kwargs)
+        (l0, m0), g0 = jax.value_and_grad(objective, has_aux=True)(new, jnp.zeros((2, 3)), plain)
+        (l1, m1), g1 = jax.value_and_grad(objective, has_aux=True)(new, jnp.zeros((2, 3)), weighted)
+        np.testing.assert_array_equal(l1, l0)
+        np.testing.assert_array_equal(g1, g0)
+        for key in m0:
+            np.testing.assert_array_equal(m1[key], m0[key])
+
+
+def test_is_weight_multiplies_the_clipped_term_not_the_normaliser():
+    # Per-token losses [-1.2, -0.5, 0.8, 5.0, -2.2, 6.0] (see the first test) times the weights;
+    # token-mean still divides by the 6 loss weights, not by the sum of the IS weights.
+    w = np.array([[2.0, 0.5, 1.0], [0.25, 1.5, 0.0]], np.float32)
+    batch = make().replace(extras={"is_weight": jnp.asarray(w)})
+    loss_fn = ppo_clip()
+    (loss, _), grad = jax.value_and_grad(loss_fn, has_aux=True)(
+        jnp.array(NEW), jnp.zeros((2, 3)), batch
+    )
+    per_token = np.array([[-1.2, -0.5, 0.8], [5.0, -2.2, 6.0]])
+    np.testing.assert_allclose(loss, (per_token * w).sum() / 6, rtol=1e-5)
+    # The gradient is the unweighted one scaled per token (the weight is a constant).
+    expected = np.where([[0, 1, 0], [1, 1, 1]], -RATIO * ADV, 0.0) * w / 6
+    np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-7)
+    # No gradient flows into the weight.
+    dw = jax.grad(
+        lambda x: loss_fn(
+            jnp.array(NEW), jnp.zeros((2, 3)), make().replace(extras={"is_weight": x})
+        )[0]
+    )(jnp.asarray(w))
+    np.testing.assert_array_equal(dw, np.zeros_like(w))
+
+
+def test_is_weight_shape_is_checked():
+    batch = make().replace(extras={"is_weight": jnp.ones((2,))})
+    with pytest.raises(ValueError, match="is_weight"):
+        ppo_clip()(jnp.array(NEW), jnp.zeros((2, 3)), batch)
