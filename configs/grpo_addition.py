@@ -54,6 +54,9 @@ def get_config() -> ConfigDict:
             # Extra prompt batches a step may draw to replace groups whose rewards are all
             # equal (DAPO's dynamic sampling); 0 keeps the first draw as it is.
             max_refill_rounds=0,
+            # Sample with fake-quantized weights ("mxfp4", "mxfp8", "fp8") while training in
+            # full precision; "none" samples with the trainer's weights.
+            weight_format="none",
         )
     )
 

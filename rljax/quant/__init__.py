@@ -26,6 +26,7 @@ from rljax.quant.mismatch import (
     truncated_is,
 )
 from rljax.quant.mx import MX_FORMATS, quantize_mx
+from rljax.quant.rollout import WEIGHT_FORMATS, rollout_weights
 
 __all__ = [
     "FP8_FORMATS",
@@ -50,4 +51,6 @@ __all__ = [
     "sequence_log_ratio",
     "token_log_ratio",
     "truncated_is",
+    "WEIGHT_FORMATS",
+    "rollout_weights",
 ]

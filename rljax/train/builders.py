@@ -28,6 +28,7 @@ from rljax.models.gguf_tokenizer import gguf_tokenizer
 from rljax.models.hf import load_hf_checkpoint
 from rljax.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from rljax.models.transformer import create_model
+from rljax.quant.rollout import check_weight_format
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.critic import init_critic
 from rljax.train.steps import RolloutConfig, UpdateConfig
@@ -63,6 +64,7 @@ def validate_config(config: ConfigDict) -> None:
             raise ValueError(f"train.{key}={t[key]} must be >= 1")
     if r.max_new_tokens < 1:
         raise ValueError(f"rollout.max_new_tokens={r.max_new_tokens} must be >= 1")
+    check_weight_format(r.get("weight_format", "none"))
 
 
 def build_policy(
@@ -175,6 +177,7 @@ def build_rollout_config(config: ConfigDict, tokenizer: Tokenizer) -> RolloutCon
         eos_id=tokenizer.eos_id,
         pad_id=tokenizer.pad_id,
         sampling=SamplingParams(temperature=r.temperature, top_k=r.top_k, top_p=r.top_p),
+        weight_format=r.get("weight_format", "none"),
     )
 
 

@@ -29,6 +29,8 @@ from rljax.core.transform import Context, Metrics
 from rljax.entropy.covariance import logprob_advantage_covariance
 from rljax.objectives.kl import kl_penalty
 from rljax.parallel.rules import DEFAULT_RULES, MeshAxes
+from rljax.quant.mismatch import mismatch_metrics
+from rljax.quant.rollout import check_weight_format, rollout_weights
 from rljax.rollout.sampler import Rollout, generate
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.critic import critic_values
@@ -47,13 +49,22 @@ BATCH_STATS = {
 
 @dataclasses.dataclass(frozen=True)
 class RolloutConfig:
-    """Sampler settings of a run (static: changing them recompiles)."""
+    """Sampler settings of a run (static: changing them recompiles).
+
+    `weight_format` samples with fake-quantized weights (`rljax.quant.rollout_weights`:
+    "mxfp4", "mxfp8", "fp8") while the trainer keeps full precision; "none" samples with
+    the trainer's weights.
+    """
 
     max_new_tokens: int
     n_samples: int
     eos_id: int
     pad_id: int
     sampling: SamplingParams = SamplingParams()
+    weight_format: str = "none"
+
+    def __post_init__(self):
+        check_weight_format(self.weight_format)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,7 +171,7 @@ def make_steps(
         key = jnp.where(attempt == 0, key, jax.random.fold_in(key, attempt))
         return generate(
             graphdef,
-            state.params,
+            rollout_weights(state.params, rc.weight_format),
             prompt_tokens,
             prompt_mask,
             key,
@@ -218,6 +229,8 @@ def make_steps(
             # at temperature 1; large under quantized rollouts or other temperatures).
             "rollout_trainer_logprob_gap": masked_mean(jnp.abs(log_ratio), mask),
             "kl_to_ref": masked_mean(kl_penalty(old_logprobs, ref_logprobs, "k3"), mask),
+            # Sampler vs trainer policy (quantized rollouts): gaps, KL estimates, ESS.
+            **mismatch_metrics(batch),
             # Cui et al.'s first-order law: a natural-PG step of size eta changes the entropy
             # by about -eta * this, so a positive value predicts falling entropy.
             "entropy/cov_logp_adv": logprob_advantage_covariance(

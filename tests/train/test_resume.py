@@ -97,6 +97,7 @@ def test_killed_run_resumes_with_identical_metrics(tmp_path, recipe):
         ("--config.train.steps=abc", "steps"),
         ("--config.train.minibatches=3", "not divisible by train.minibatches"),
         ("--config.algorithm.name=ppo2", "algorithm.name='ppo2' is unknown"),
+        ("--config.rollout.weight_format=int4", "rollout weight_format='int4' is unknown"),
         ("--config=configs/no_such_recipe.py", "no_such_recipe.py"),
         (
             "--config.model.checkpoint=/no/such/dir",

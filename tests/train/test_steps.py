@@ -1,5 +1,7 @@
 """Rollout / prepare / update steps on a tiny model."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -192,3 +194,24 @@ def test_unknown_batch_stat_and_missing_reference_raise(setup):
     steps = make_steps(graphdef, optax.sgd(1.0), algorithm, ROLLOUT)
     with pytest.raises(ValueError, match="no reference"):
         steps.prepare(state, rollout_batch(steps, state, prompts, mask))
+
+
+def test_quantized_rollout_weights_open_a_measured_mismatch(setup):
+    """f32 rollouts: the mismatch metrics are zero up to float error; MXFP4 rollouts: not."""
+    graphdef, params, prompts, mask = setup
+    gaps = {}
+    for fmt in ("none", "mxfp4"):
+        algorithm = grpo(group_size=ROLLOUT.n_samples)
+        optimizer = optax.sgd(1.0)
+        state = init_train_state(params, optimizer, algorithm.transform, jax.random.PRNGKey(0))
+        rollout = dataclasses.replace(ROLLOUT, weight_format=fmt)
+        steps = make_steps(graphdef, optimizer, algorithm, rollout, UpdateConfig())
+        _, _, metrics = steps.prepare(state, rollout_batch(steps, state, prompts, mask))
+        gaps[fmt] = metrics
+    assert float(gaps["none"]["mismatch/abs_gap_mean"]) < 1e-5
+    assert abs(float(gaps["none"]["mismatch/token_kl"])) < 1e-6
+    assert abs(float(gaps["none"]["mismatch/ess"]) - 1.0) < 1e-5
+    assert float(gaps["mxfp4"]["mismatch/abs_gap_mean"]) > 1e-3
+    assert float(gaps["mxfp4"]["mismatch/ess"]) < 1.0
+    with pytest.raises(ValueError, match="weight_format='int4'"):
+        dataclasses.replace(ROLLOUT, weight_format="int4")
