@@ -16,6 +16,8 @@ setup(
         "optax>=0.2.8",
         "orbax-checkpoint>=0.12.8",
         "grain>=0.2.18",
+        "array-record>=0.8.6",  # local data sets as ArrayRecord files (rljax.data.array_record)
+        "pyarrow>=26.0.1",  # local parquet data sets
         "tensorflow-datasets>=4.9.10",
         "chex>=0.1.92",
         "absl-py>=2.5.1",

@@ -57,8 +57,23 @@ def get_config() -> ConfigDict:
             # Sample with fake-quantized weights ("mxfp4", "mxfp8", "fp8") while training in
             # full precision; "none" samples with the trainer's weights.
             weight_format="none",
+            # MX only: "macro_block" (a float32 scale per macro_block entries) or
+            # "outlier_fallback" (the outlier_fraction largest entries kept exact).
+            weight_correction="none",
+            macro_block=128,
+            outlier_fraction=0.01,
+            # QeRL's adaptive quantization noise on the sampler's norm weights: sigma decays
+            # from aqn_sigma_start to aqn_sigma_end over aqn_stages stages; 0 is off.
+            aqn_sigma_start=0.0,
+            aqn_sigma_end=1e-4,
+            aqn_stages=10,
         )
     )
+
+    # Correcting the gradient for the sampler/trainer gap of quantized rollouts: "tis"
+    # (truncated IS; cap, level), "mis" (masked IS; low, high, level), "ais" (adaptive IS;
+    # cap, d0) or "none". Keys besides name go to rljax.quant.mismatch's transform.
+    config.rollout_correction = ConfigDict(dict(name="none"))
 
     config.algorithm = ConfigDict(
         dict(

@@ -9,7 +9,11 @@ from nbclient import NotebookClient
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
-SMALL = {"RLJAX_NOTEBOOK_STEPS": "4", "RLJAX_NOTEBOOK_SFT_STEPS": "20"}
+SMALL = {
+    "RLJAX_NOTEBOOK_STEPS": "4",
+    "RLJAX_NOTEBOOK_SFT_STEPS": "20",
+    "RLJAX_NOTEBOOK_EVAL_SIZE": "64",
+}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)

@@ -1,5 +1,7 @@
-"""Data: synthetic verifiable tasks and grain input pipelines for RL prompts and SFT."""
+"""Data: synthetic verifiable tasks, tasks over local data files, grain input pipelines for RL
+prompts and SFT, and prompt samplers (`rljax.data.samplers`)."""
 
+from rljax.data.array_record import ArrayRecordRows, convert, write_array_record
 from rljax.data.pipeline import (
     decode_answers,
     decode_prompts,
@@ -7,11 +9,15 @@ from rljax.data.pipeline import (
     prompt_dataset,
     sft_dataset,
 )
-from rljax.data.tasks import AdditionTask, Task, get_task
+from rljax.data.tasks import AdditionTask, LocalTask, Task, get_task
 
 __all__ = [
     "AdditionTask",
+    "ArrayRecordRows",
+    "LocalTask",
     "Task",
+    "convert",
+    "write_array_record",
     "get_task",
     "prompt_dataset",
     "prompt_batches",

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from rljax.core.aggregation import aggregate, check_aggregation_mode
 from rljax.core.batch import Batch
 from rljax.core.objective import Objective
+from rljax.objectives.importance import apply_is_weight
 
 # |log ratio| is clamped here before exp so padded or stale tokens cannot overflow (as verl does).
 _MAX_LOG_RATIO = 20.0
@@ -76,6 +77,7 @@ def cispo(
         ratio = jnp.exp(log_ratio)
         weight = jax.lax.stop_gradient(jnp.clip(ratio, low, high))
         per_token = -weight * batch.advantages * new_logprobs
+        per_token = apply_is_weight(per_token, batch)
         loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
         valid = batch.completion_mask.astype(jnp.float32)
 

@@ -8,6 +8,7 @@ from rljax.core.aggregation import aggregate, check_aggregation_mode
 from rljax.core.batch import Batch, check_groups
 from rljax.core.objective import Objective
 from rljax.core.transform import Context, Metrics, Transform, stateless
+from rljax.objectives.importance import apply_is_weight
 
 
 def valid_group_scale(rewards: jax.Array, group_size: int) -> jax.Array:
@@ -131,6 +132,7 @@ def gpg(aggregation: str = "token-mean", max_len: int | None = None) -> Objectiv
         chex.assert_rank(new_logprobs, 2)
         chex.assert_equal_shape([new_logprobs, batch.advantages, batch.loss_weights])
         per_token = -batch.advantages * new_logprobs
+        per_token = apply_is_weight(per_token, batch)
         loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
         metrics = {
             "gpg/loss": loss,

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from rljax.core.aggregation import aggregate, check_aggregation_mode
 from rljax.core.batch import Batch
 from rljax.core.objective import Objective
+from rljax.objectives.importance import apply_is_weight
 
 # |log ratio| is clamped here before exp so padded or stale tokens cannot overflow (as verl does).
 _MAX_LOG_RATIO = 20.0
@@ -88,6 +89,7 @@ def _gspo(
         else:
             # The per-sequence loss, repeated on every token of its row.
             per_token = jnp.broadcast_to(loss_terms[:, None], mask.shape)
+        per_token = apply_is_weight(per_token, batch)
         loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
 
         valid = mask.astype(jnp.float32)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from rljax.core.aggregation import aggregate, check_aggregation_mode
 from rljax.core.batch import Batch
 from rljax.core.objective import Objective
+from rljax.objectives.importance import apply_is_weight
 
 # |log ratio| is clamped here before exp so padded or stale tokens cannot overflow (as verl does).
 _MAX_LOG_RATIO = 20.0
@@ -127,6 +128,7 @@ def mu_grpo(
         unclipped = -adv * ratio
         clipped = -adv * jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
         per_token = jnp.where(keep, jnp.maximum(unclipped, clipped), 0.0)
+        per_token = apply_is_weight(per_token, batch)
         loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
 
         valid = mask.astype(jnp.float32)

@@ -8,6 +8,7 @@ from rljax.core.aggregation import aggregate, check_aggregation_mode
 from rljax.core.batch import Batch, check_groups
 from rljax.core.objective import Objective
 from rljax.core.transform import Context, Metrics, Transform, stateless
+from rljax.objectives.importance import apply_is_weight
 
 TEACHERS = ("ref", "old")
 PROPOSALS = ("old", "rollout")
@@ -211,7 +212,8 @@ def weighted_sft(aggregation: str = "seq-mean-token-sum", max_len: int | None = 
         del new_entropy
         chex.assert_rank(new_logprobs, 2)
         chex.assert_equal_shape([new_logprobs, batch.loss_weights])
-        loss = aggregate(-new_logprobs, batch.loss_weights, aggregation, max_len)
+        per_token = apply_is_weight(-new_logprobs, batch)
+        loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
         return loss, {"power/loss": loss}
 
     return objective

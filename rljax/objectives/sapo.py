@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from rljax.core.aggregation import aggregate, check_aggregation_mode
 from rljax.core.batch import Batch
 from rljax.core.objective import Objective
+from rljax.objectives.importance import apply_is_weight
 
 # |log ratio| is clamped here before exp so padded or stale tokens cannot overflow (as verl does).
 _MAX_LOG_RATIO = 20.0
@@ -145,6 +146,7 @@ def sapo(
         clipped = -seg_adv * jnp.clip(seg_ratio, 1.0 - eps_low, 1.0 + eps_high)
         seg_loss = jnp.maximum(unclipped, clipped)  # [B*T]
         per_token = seg_loss[flat].reshape(b, t)  # each segment's loss on its tokens
+        per_token = apply_is_weight(per_token, batch)
         loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
 
         n_seg = nonempty.sum().astype(jnp.float32)

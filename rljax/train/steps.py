@@ -30,13 +30,14 @@ from rljax.entropy.covariance import logprob_advantage_covariance
 from rljax.objectives.kl import kl_penalty
 from rljax.parallel.rules import DEFAULT_RULES, MeshAxes
 from rljax.quant.mismatch import mismatch_metrics
-from rljax.quant.rollout import check_weight_format, rollout_weights
+from rljax.quant.rollout import RolloutWeights, rollout_error_metrics, rollout_weights
 from rljax.rollout.sampler import Rollout, generate
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.critic import critic_values
 from rljax.train.logprobs import PolicyStates, policy_states, token_hellinger, token_stats
 
 _ROLLOUT, _PREPARE, _UPDATE = 0, 1, 2
+_AQN_SALT = 0x51
 
 # Per-token statistics of the pre-update policy that an algorithm may ask prepare to put in
 # `batch.extras` (`Algorithm.batch_stats`); "old_entropy" is always there.
@@ -51,9 +52,10 @@ BATCH_STATS = {
 class RolloutConfig:
     """Sampler settings of a run (static: changing them recompiles).
 
-    `weight_format` samples with fake-quantized weights (`rljax.quant.rollout_weights`:
-    "mxfp4", "mxfp8", "fp8") while the trainer keeps full precision; "none" samples with
-    the trainer's weights.
+    `weights` says how the sampler's weights are made from the trainer's
+    (`rljax.quant.rollout_weights`): the trainer's own by default, or fake-quantized
+    MXFP4/MXFP8/FP8 kernels (with MX corrections and QeRL's noise) while the trainer keeps
+    full precision.
     """
 
     max_new_tokens: int
@@ -61,10 +63,7 @@ class RolloutConfig:
     eos_id: int
     pad_id: int
     sampling: SamplingParams = SamplingParams()
-    weight_format: str = "none"
-
-    def __post_init__(self):
-        check_weight_format(self.weight_format)
+    weights: RolloutWeights = RolloutWeights()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,9 +168,10 @@ def make_steps(
         key = _step_key(state, _ROLLOUT)
         # Attempt 0 keeps the step's key; refill attempts (DAPO) draw fresh samples.
         key = jnp.where(attempt == 0, key, jax.random.fold_in(key, attempt))
+        noise_key = jax.random.fold_in(key, _AQN_SALT)  # AQN only; leaves the sampling key be
         return generate(
             graphdef,
-            rollout_weights(state.params, rc.weight_format),
+            rollout_weights(state.params, rc.weights, state.step, noise_key),
             prompt_tokens,
             prompt_mask,
             key,
@@ -221,22 +221,24 @@ def make_steps(
         batch, transform_state, metrics = algorithm.transform.apply(
             batch, state.transform_state, ctx
         )
-        log_ratio = batch.rollout_logprobs - old_logprobs
         metrics = {
             **metrics,
             "entropy": masked_mean(old_entropy, mask),
-            # Sampler vs trainer log-prob gap (0 up to numerics when both are the same policy
-            # at temperature 1; large under quantized rollouts or other temperatures).
-            "rollout_trainer_logprob_gap": masked_mean(jnp.abs(log_ratio), mask),
             "kl_to_ref": masked_mean(kl_penalty(old_logprobs, ref_logprobs, "k3"), mask),
-            # Sampler vs trainer policy (quantized rollouts): gaps, KL estimates, ESS.
+            # Sampler vs trainer policy: log-prob gaps, KL estimates, ESS (0, 0 and 1 up to
+            # numerics when both are the same policy at temperature 1; not so under quantized
+            # rollouts or other temperatures).
             **mismatch_metrics(batch),
+            # The sampler's quantization error per kind of kernel (quantized rollouts only).
+            **rollout_error_metrics(state.params, rollout_config.weights),
             # Cui et al.'s first-order law: a natural-PG step of size eta changes the entropy
             # by about -eta * this, so a positive value predicts falling entropy.
             "entropy/cov_logp_adv": logprob_advantage_covariance(
                 old_logprobs, batch.advantages, mask
             ),
         }
+        if rollout_config.weights.aqn_sigma_start > 0:
+            metrics["quant/aqn_sigma"] = rollout_config.weights.sigma(state.step)
         return state.replace(transform_state=transform_state), batch, metrics
 
     def loss_fn(trainable, batch: Batch):

@@ -1,12 +1,17 @@
 """Config -> objects: policy sources, chat formatting, algorithm settings, validation errors."""
 
+import jax
+import numpy as np
 import pytest
 
 from configs.grpo_addition import get_config
+from rljax.core.batch import make_batch
+from rljax.core.transform import Context
 from rljax.models.tokenizer import ByteTokenizer
 from rljax.train.builders import (
     build_algorithm,
     build_policy,
+    build_rollout_weights,
     build_task,
     prompt_format,
     validate_config,
@@ -69,11 +74,62 @@ def test_algorithm_from_config_and_a_setting_it_does_not_take():
         ("rollout.n_samples", 1, "at least 2 samples"),
         ("train.steps", 0, "train.steps=0"),
         ("rollout.max_new_tokens", 0, "max_new_tokens=0"),
+        ("rollout.weight_correction", "magic", "weight_correction='magic' is unknown"),
+        ("rollout.aqn_sigma_start", -1.0, "aqn_sigma_start=-1.0"),
     ],
 )
 def test_validate_config_names_the_key(key, value, match):
     config = tiny_config()
     section, field = key.split(".")
     config[section][field] = value
+    with pytest.raises(ValueError, match=match):
+        validate_config(config)
+
+
+def test_rollout_weights_and_correction_from_config():
+    config = tiny_config()
+    config.rollout.update(weight_format="mxfp4", weight_correction="outlier_fallback")
+    config.rollout.update(outlier_fraction=0.05, aqn_sigma_start=0.01)
+    weights = build_rollout_weights(config)
+    assert (weights.format, weights.correction, weights.outlier_fraction) == (
+        "mxfp4",
+        "outlier_fallback",
+        0.05,
+    )
+    assert (weights.aqn_sigma_start, weights.total_steps) == (0.01, config.train.steps)
+    config.rollout_correction = {"name": "tis", "cap": 1.5}
+    config.rollout.n_samples = 2
+    algorithm = build_algorithm(config)
+    rollout = np.log(np.array([[0.5, 0.1], [0.2, 0.4]], np.float32))
+    old = np.log(np.array([[0.25, 0.3], [0.2, 0.1]], np.float32))
+    batch = make_batch(
+        prompt_tokens=np.zeros((2, 1)),
+        prompt_mask=np.ones((2, 1)),
+        completion_tokens=np.zeros((2, 2)),
+        completion_mask=np.ones((2, 2)),
+        group_id=np.array([0, 0]),
+        rewards=np.array([1.0, 0.0]),
+        rollout_logprobs=rollout,
+        old_logprobs=old,
+    )
+    ctx = Context(step=0, rng=jax.random.PRNGKey(0), extras={})
+    out, _, metrics = algorithm.transform.apply(batch, algorithm.transform.init(), ctx)
+    np.testing.assert_allclose(
+        out.extras["is_weight"], np.minimum(np.exp(old - rollout), 1.5), rtol=1e-6
+    )
+    assert "tis/capped_frac" in metrics
+
+
+@pytest.mark.parametrize(
+    "section,match",
+    [
+        ({"name": "vtrace"}, "rollout_correction.name='vtrace' is unknown"),
+        ({"name": "mis", "cap": 2.0}, "do not fit rollout_correction.name='mis'"),
+        ({"name": "tis", "cap": -1.0}, "cap=-1.0"),
+    ],
+)
+def test_bad_rollout_correction_is_named(section, match):
+    config = tiny_config()
+    config.rollout_correction = section
     with pytest.raises(ValueError, match=match):
         validate_config(config)

@@ -14,6 +14,7 @@ from rljax.core.batch import make_batch
 from rljax.core.state import init_train_state
 from rljax.models.config import TransformerConfig
 from rljax.models.transformer import create_model, forward, positions_from_mask
+from rljax.quant.rollout import RolloutWeights
 from rljax.train.steps import RolloutConfig, UpdateConfig, make_steps
 
 CONFIG = TransformerConfig(vocab_size=30, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)
@@ -55,7 +56,7 @@ def test_prepare_scores_the_rollout_and_computes_group_advantages(setup):
     _, batch, metrics = steps.prepare(state, batch)
     # Sampler log-probs (temperature 1) equal the trainer's old log-probs.
     np.testing.assert_allclose(batch.old_logprobs, batch.rollout_logprobs, atol=1e-5)
-    assert float(metrics["rollout_trainer_logprob_gap"]) < 1e-5
+    assert float(metrics["mismatch/abs_gap_mean"]) < 1e-5
     r = np.asarray(batch.rewards).reshape(2, 4)
     want = (r - r.mean(1, keepdims=True)) / (r.std(1, ddof=1, keepdims=True) + 1e-6)
     want = np.where(r.std(1, keepdims=True) > 0, want, 0.0).reshape(-1)
@@ -197,21 +198,32 @@ def test_unknown_batch_stat_and_missing_reference_raise(setup):
 
 
 def test_quantized_rollout_weights_open_a_measured_mismatch(setup):
-    """f32 rollouts: the mismatch metrics are zero up to float error; MXFP4 rollouts: not."""
+    """f32 rollouts: the mismatch metrics are zero up to float error; MXFP4 rollouts: not, and
+    the quantization error of the sampler's kernels is logged; AQN logs its noise level."""
     graphdef, params, prompts, mask = setup
     gaps = {}
-    for fmt in ("none", "mxfp4"):
+    for name, weights in (
+        ("none", RolloutWeights()),
+        ("mxfp4", RolloutWeights("mxfp4")),
+        ("mxfp4+aqn", RolloutWeights("mxfp4", aqn_sigma_start=0.05, aqn_stages=2, total_steps=2)),
+    ):
         algorithm = grpo(group_size=ROLLOUT.n_samples)
         optimizer = optax.sgd(1.0)
         state = init_train_state(params, optimizer, algorithm.transform, jax.random.PRNGKey(0))
-        rollout = dataclasses.replace(ROLLOUT, weight_format=fmt)
+        state = state.replace(step=state.step + 1)  # AQN's first stage (step 0) has no noise
+        rollout = dataclasses.replace(ROLLOUT, weights=weights)
         steps = make_steps(graphdef, optimizer, algorithm, rollout, UpdateConfig())
         _, _, metrics = steps.prepare(state, rollout_batch(steps, state, prompts, mask))
-        gaps[fmt] = metrics
+        gaps[name] = metrics
     assert float(gaps["none"]["mismatch/abs_gap_mean"]) < 1e-5
     assert abs(float(gaps["none"]["mismatch/token_kl"])) < 1e-6
     assert abs(float(gaps["none"]["mismatch/ess"]) - 1.0) < 1e-5
+    assert not any(k.startswith("quant/") for k in gaps["none"])
     assert float(gaps["mxfp4"]["mismatch/abs_gap_mean"]) > 1e-3
     assert float(gaps["mxfp4"]["mismatch/ess"]) < 1.0
-    with pytest.raises(ValueError, match="weight_format='int4'"):
-        dataclasses.replace(ROLLOUT, weight_format="int4")
+    assert 0 < float(gaps["mxfp4"]["quant/down_proj/grid_noise"]) < 1
+    assert "quant/aqn_sigma" not in gaps["mxfp4"]
+    # Step 1 of a 2-step run is in the last of 2 stages: sigma_start.
+    np.testing.assert_allclose(gaps["mxfp4+aqn"]["quant/aqn_sigma"], 0.05, rtol=1e-6)
+    noisy_gap = float(gaps["mxfp4+aqn"]["mismatch/abs_gap_mean"])
+    assert noisy_gap > float(gaps["mxfp4"]["mismatch/abs_gap_mean"])

@@ -6,6 +6,10 @@ import difflib
 from typing import Any, Protocol, runtime_checkable
 
 from rljax.data.tasks.addition import AdditionTask
+from rljax.data.tasks.countdown import CountdownTask
+from rljax.data.tasks.gaussian_mixture import GaussianMixtureTask
+from rljax.data.tasks.local import LocalTask
+from rljax.data.tasks.logic import LogicTask
 from rljax.data.tasks.word_problems import WordProblemTask
 
 
@@ -34,6 +38,10 @@ class Task(Protocol):
 
 _TASKS: dict[str, type] = {
     "addition": AdditionTask,
+    "countdown": CountdownTask,
+    "gaussian_mixture": GaussianMixtureTask,
+    "local": LocalTask,
+    "logic": LogicTask,
     "word_problems": WordProblemTask,
 }
 
@@ -50,4 +58,13 @@ def get_task(name: str, **kwargs: Any) -> Task:
     return _TASKS[name](**kwargs)
 
 
-__all__ = ["AdditionTask", "Task", "WordProblemTask", "get_task"]
+__all__ = [
+    "AdditionTask",
+    "CountdownTask",
+    "GaussianMixtureTask",
+    "LocalTask",
+    "LogicTask",
+    "Task",
+    "WordProblemTask",
+    "get_task",
+]

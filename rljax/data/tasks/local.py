@@ -1,0 +1,362 @@
+"""Tasks from local data files: math (GSM8K / MATH), code (MBPP) or exact-answer JSONL rows.
+
+`LocalTask` turns the rows of a JSONL, parquet or ArrayRecord file into a `Task`, so the grain
+pipelines in `rljax.data.pipeline` shuffle, shard and checkpoint them like any other task.
+Nothing is downloaded: the user names the files. JSONL and parquet rows are read once, at
+construction, into memory; ArrayRecord rows (see `rljax.data.array_record.convert`) are read
+by index when asked for, for sets too large to hold on every host.
+
+Without a test file, a row is held out for test when a fixed hash of its prompt text (salted
+by `seed`) falls below `test_fraction`: the splits are disjoint, identical on every host and
+run, a prompt repeated in the file stays in one split, and appending rows to the file neither
+moves old rows between splits nor changes their indices (rows keep their file order).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import unicodedata
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from rljax.data.array_record import ArrayRecordRows
+from rljax.data.tasks.split_hash import unit_hash
+from rljax.rewards.math import math_reward
+
+RewardFn = Callable[[str, str], float]
+
+_FORMATS = ("jsonl", "parquet", "array_record")
+_SUFFIXES = {
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".parquet": "parquet",
+    ".array_record": "array_record",
+    ".arrayrecord": "array_record",
+}
+_KINDS = ("math", "exact", "code")
+# (prompt_field, answer_field) when not given: GSM8K's and MBPP's column names.
+_DEFAULT_FIELDS = {
+    "math": ("question", "answer"),
+    "exact": ("question", "answer"),
+    "code": (
+        "text",
+        "test_list",
+    ),
+}
+_GSM8K_MARK = "####"
+_BOXED = "\\boxed{"
+# MBPP's reference solution column, kept for the SFT target of kind="code".
+_CODE_SOLUTION_FIELD = "code"
+_CODE_SETUP_FIELD = "test_setup_code"
+_PARQUET_BATCH_ROWS = 4096
+
+
+def resolve_format(path: str | os.PathLike, format: str = "auto") -> str:
+    """The file format: `format` itself, or with "auto" the one its suffix names.
+
+    Returns:
+      "jsonl" (.jsonl, .json: one JSON object a line), "parquet" or "array_record"
+      (.array_record, .arrayrecord).
+    """
+    if format == "auto":
+        suffix = os.path.splitext(os.fspath(path))[1].lower()
+        if suffix not in _SUFFIXES:
+            raise ValueError(
+                f"cannot tell the format of {os.fspath(path)} from its suffix {suffix!r} "
+                f"(known: {sorted(_SUFFIXES)}); pass task.format as one of {_FORMATS}"
+            )
+        return _SUFFIXES[suffix]
+    if format not in _FORMATS:
+        raise ValueError(f"unknown format={format!r}; use 'auto' or one of {_FORMATS}")
+    return format
+
+
+def iter_file_rows(
+    path: str | os.PathLike, format: str = "auto"
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Stream (where, row) pairs of a data file, in file order; `where` names the row in errors.
+
+    JSONL rows are named by 1-based line ("data.jsonl line 3"; blank lines are skipped), parquet
+    and ArrayRecord rows by 0-based row ("data.parquet row 2").
+    """
+    path = os.fspath(path)
+    format = resolve_format(path, format)
+    if format == "jsonl":
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                where = f"{path} line {lineno}"
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{where} is not valid JSON: {err}") from err
+                if not isinstance(row, dict):
+                    raise ValueError(
+                        f"{where} is a JSON {type(row).__name__}, not an object (JSONL: one "
+                        "object per line)"
+                    )
+                yield where, row
+    elif format == "parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as err:
+            raise ImportError(f"reading {path} needs pyarrow: pip install pyarrow") from err
+        i = 0
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=_PARQUET_BATCH_ROWS):
+            for row in batch.to_pylist():
+                yield f"{path} row {i}", row
+                i += 1
+    else:
+        rows = ArrayRecordRows(path)
+        for i in range(len(rows)):
+            yield f"{path} row {i}", rows[i]
+
+
+def final_answer(answer: str) -> str:
+    """The final answer inside a reference solution, for the reward (interpretation).
+
+    GSM8K: the text after the last "####" ("...so 6 + 4 = 10.\\n#### 10" -> "10"). MATH: the
+    contents of the last \\boxed{...} (braces balanced). Anything else is already final.
+    """
+    if _GSM8K_MARK in answer:
+        return answer.rsplit(_GSM8K_MARK, 1)[1].strip()
+    start = answer.rfind(_BOXED)
+    if start >= 0:
+        depth, begin = 1, start + len(_BOXED)
+        for end in range(begin, len(answer)):
+            depth += {"{": 1, "}": -1}.get(answer[end], 0)
+            if depth == 0:
+                return answer[begin:end].strip()
+    return answer.strip()
+
+
+def normalize_text(text: str) -> str:
+    """Unicode NFKC, case folded, whitespace runs collapsed to one space and trimmed."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def exact_match_reward(completion: str, answer: str) -> float:
+    """1.0 if the completion equals the answer after `normalize_text`, else 0.0."""
+    return 1.0 if normalize_text(completion) == normalize_text(answer) else 0.0
+
+
+def _text_hash(text: str) -> int:
+    """A 64-bit integer hash of `text`, the same on every machine and Python run."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Split:
+    """One split: its rows (examples, or raw ArrayRecord rows) and the row numbers it uses."""
+
+    rows: Sequence[dict[str, Any]]
+    indices: np.ndarray | None  # row numbers in `rows`; None: all of them
+    raw: bool  # rows still need `_to_example`
+    path: str
+
+    def __len__(self) -> int:
+        return len(self.rows) if self.indices is None else len(self.indices)
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalTask:
+    """A `Task` over the rows of local JSONL, parquet or ArrayRecord files.
+
+    kind="math" (GSM8K, MATH): the prompt is the row's `prompt_field`; the answer is the
+    row's `answer_field` (a number or a solution text). The reward is
+    `rljax.rewards.math.math_reward` against `final_answer(answer)` (after "####" or in
+    the last \\boxed{}), so a solution may reason first. With `keep_solution`, the example's
+    answer is the whole solution and `sft_target` teaches it; otherwise only the final answer.
+
+    kind="exact": the reward is 1.0 when the completion equals the answer after
+    `normalize_text` (case, Unicode form and whitespace ignored).
+
+    kind="code" (MBPP): the prompt is the row's `prompt_field` (MBPP "text"; sanitized MBPP
+    "prompt") followed by "\\nYour code should pass this test:\\n" and the first assert of
+    `answer_field` (MBPP "test_list"). Interpretation: the MBPP paper (Austin et al., 2021)
+    shows all three asserts; one fixes the function's name and signature and keeps the rest
+    unseen. The answer is JSON: {"tests": [asserts], "solution": code} ("solution"
+    from MBPP's "code" column, when present and `keep_solution`; a non-empty
+    "test_setup_code" is put first in "tests", since the asserts run in order after it).
+    The reward is `reward_fn(completion, json.dumps(tests))`, a sandboxed executor you pass.
+
+    Attributes:
+      train_path: the train file (config key `task.train_path`).
+      test_path: the test file; None holds out rows of train_path by a hash of their prompt.
+      format: "auto" (from each file's suffix), "jsonl", "parquet" or "array_record".
+      prompt_field, answer_field: the row's columns; None uses the kind's default
+        ("question"/"answer" for math and exact, "text"/"test_list" for code).
+      kind: "math", "exact" or "code" (see above).
+      test_fraction: share of rows held out for test when test_path is None.
+      seed: salts the held-out hash: another seed holds out another subset (the pipelines'
+        shuffle has its own seed).
+      keep_solution: keep reference solutions in the answer for SFT. RL then needs
+        `prompt_dataset(..., max_answer_len=...)` long enough for them.
+      reward_fn: reward(completion, reference) replacing the kind's own, where reference is
+        the final answer (math), the answer (exact) or the JSON list of asserts (code);
+        required for kind="code".
+    """
+
+    train_path: str
+    test_path: str | None = None
+    format: str = "auto"
+    prompt_field: str | None = None
+    answer_field: str | None = None
+    kind: str = "math"
+    test_fraction: float = 0.1
+    seed: int = 0
+    keep_solution: bool = True
+    reward_fn: RewardFn | None = None
+    _splits: dict[str, _Split] = dataclasses.field(init=False, repr=False, compare=False)
+
+    splits = ("train", "test")
+
+    def __post_init__(self):
+        if self.kind not in _KINDS:
+            raise ValueError(f"kind={self.kind!r} must be one of {_KINDS}")
+        if self.kind == "code" and self.reward_fn is None:
+            raise ValueError(
+                'kind="code" needs reward_fn=: a callable (completion, tests_json) -> float that '
+                "runs the completion against the JSON list of asserts in a sandbox"
+            )
+        if self.test_path is None and not 0.0 < self.test_fraction < 1.0:
+            raise ValueError(
+                f"test_fraction={self.test_fraction} must be strictly between 0 and 1 when "
+                "test_path is None (or pass task.test_path)"
+            )
+        if self.seed < 0:
+            raise ValueError(f"seed={self.seed} must be >= 0")
+        object.__setattr__(self, "_splits", self._load())
+
+    @property
+    def fields(self) -> tuple[str, str]:
+        """(prompt_field, answer_field), the kind's defaults filled in."""
+        prompt_default, answer_default = _DEFAULT_FIELDS[self.kind]
+        return self.prompt_field or prompt_default, self.answer_field or answer_default
+
+    def split_size(self, split: str) -> int:
+        """Rows in `split`."""
+        return len(self._split(split))
+
+    def example(self, index: int, split: str) -> dict[str, str]:
+        """dict(prompt=..., answer=...) of the split's `index`-th row (rows in file order)."""
+        s = self._split(split)
+        if not 0 <= index < len(s):
+            raise ValueError(f"index={index} is out of range [0, {len(s)}) for split {split!r}")
+        row = int(index) if s.indices is None else int(s.indices[index])
+        if s.raw:
+            return self._to_example(s.rows[row], f"{s.path} row {row}")
+        return s.rows[row]
+
+    def reward(self, completion: str, answer: str) -> float:
+        """The kind's reward of `completion` (or `reward_fn`'s) against the reference."""
+        if self.kind == "code":
+            tests = json.loads(answer)["tests"]
+            return float(self.reward_fn(completion, json.dumps(tests)))
+        reference = final_answer(answer) if self.kind == "math" else answer
+        if self.reward_fn is not None:
+            return float(self.reward_fn(completion, reference))
+        if self.kind == "math":
+            return math_reward(completion, reference)
+        return exact_match_reward(completion, reference)
+
+    def sft_target(self, answer: str) -> str:
+        """The full solution when the example keeps one, else the answer itself.
+
+        kind="code" has no answer to fall back on: a row without a solution raises.
+        """
+        if self.kind != "code":
+            return answer
+        solution = json.loads(answer).get("solution")
+        if solution is None:
+            raise ValueError(
+                f"this code example has no reference solution (no {_CODE_SOLUTION_FIELD!r} "
+                "column, or keep_solution=False), so it has no SFT target"
+            )
+        return solution
+
+    def _split(self, split: str) -> _Split:
+        if split not in self._splits:
+            raise ValueError(f"split={split!r} is not one of {self.splits}")
+        return self._splits[split]
+
+    def _to_example(self, row: dict[str, Any], where: str) -> dict[str, str]:
+        """A row as dict(prompt=..., answer=...); raises naming the row when it lacks a field."""
+        prompt_field, answer_field = self.fields
+        for field, key in ((prompt_field, "prompt_field"), (answer_field, "answer_field")):
+            if row.get(field) is None:
+                raise ValueError(
+                    f"{where} has no {field!r} value (task.{key}); its fields are {sorted(row)}. "
+                    f"Set task.{key} to the column that holds the {key.split('_')[0]}"
+                )
+        prompt = str(row[prompt_field])
+        if self.kind != "code":
+            answer = str(row[answer_field])
+            if self.kind == "math" and not self.keep_solution:
+                answer = final_answer(answer)
+            return {"prompt": prompt, "answer": answer}
+        tests = row[answer_field]
+        if isinstance(tests, str):
+            try:
+                tests = json.loads(tests)
+            except json.JSONDecodeError:
+                tests = None
+        if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
+            raise ValueError(
+                f"{where}: {answer_field!r} must be a non-empty list of assert strings "
+                f"(or its JSON), got {row[answer_field]!r}"
+            )
+        prompt = f"{prompt}\nYour code should pass this test:\n{tests[0]}"
+        setup = row.get(_CODE_SETUP_FIELD)
+        reference: dict[str, Any] = {"tests": ([setup] if setup else []) + list(tests)}
+        if self.keep_solution and row.get(_CODE_SOLUTION_FIELD):
+            reference["solution"] = str(row[_CODE_SOLUTION_FIELD])
+        return {"prompt": prompt, "answer": json.dumps(reference)}
+
+    def _in_test(self, example: dict[str, str]) -> bool:
+        return unit_hash(self.seed, _text_hash(example["prompt"])) < self.test_fraction
+
+    def _open(self, path: str | None, key: str) -> tuple[str, str]:
+        """(path, format) of a configured file; raises naming the config key if it is missing."""
+        if path is None or not os.path.isfile(path):
+            raise FileNotFoundError(f"{key}={path!r}: no such file; set {key} to a local data file")
+        return os.fspath(path), resolve_format(path, self.format)
+
+    def _load(self) -> dict[str, _Split]:
+        train = self._load_file(*self._open(self.train_path, "task.train_path"), "task.train_path")
+        if self.test_path is not None:
+            test = self._load_file(*self._open(self.test_path, "task.test_path"), "task.test_path")
+            return {"train": train, "test": test}
+        if train.raw:  # ArrayRecord: one pass to hash each row's prompt, rows stay on disk
+            examples = (
+                self._to_example(train.rows[i], f"{train.path} row {i}") for i in range(len(train))
+            )
+        else:
+            examples = iter(train.rows)
+        held_out = np.fromiter((self._in_test(ex) for ex in examples), bool, len(train))
+        splits = {}
+        for split, mask in (("train", ~held_out), ("test", held_out)):
+            if not mask.any():
+                raise ValueError(
+                    f"the {split} split of {train.path} is empty ({len(train)} rows, "
+                    f"test_fraction={self.test_fraction}); add rows, change test_fraction or "
+                    "pass task.test_path"
+                )
+            splits[split] = dataclasses.replace(train, indices=np.flatnonzero(mask))
+        return splits
+
+    def _load_file(self, path: str, format: str, key: str) -> _Split:
+        if format == "array_record":
+            split = _Split(ArrayRecordRows(path), None, True, path)
+        else:
+            rows = [self._to_example(row, where) for where, row in iter_file_rows(path, format)]
+            split = _Split(rows, None, False, path)
+        if not len(split):
+            raise ValueError(f"{key}={path!r} has no rows")
+        return split

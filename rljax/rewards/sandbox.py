@@ -1,0 +1,421 @@
+"""Run untrusted, model-written Python in a limited subprocess, for code-execution rewards.
+
+Why: a code reward executes whatever the policy wrote, and during RL the policy writes infinite
+loops, fork bombs, 10 GB allocations and megabytes of prints. None of these may stall or kill the
+trainer, so each program runs in its own interpreter with limits, and every way it can end (exit,
+timeout, memory, output flood, signal) comes back as an `ExecResult`.
+
+What `run_python` does, split by how much it can be trusted:
+
+Hard (enforced by the kernel, user code cannot lift them):
+  - a fresh interpreter, `python -I -S` (no site-packages, no PYTHON* variables, no user site), in
+    a fresh temporary directory that is its cwd and HOME and is deleted afterwards, with a minimal
+    environment (PATH, LC_ALL, HOME);
+  - rlimits set before exec: RLIMIT_AS (memory_mb), RLIMIT_CPU (cpu_s), RLIMIT_FSIZE (files
+    written are capped at `FILE_SIZE_BYTES`; larger writes fail with EFBIG), RLIMIT_CORE = 0,
+    RLIMIT_NOFILE = `MAX_OPEN_FILES`, and RLIMIT_NPROC = (processes this user has now) +
+    `NPROC_MARGIN` — the kernel counts NPROC over all processes of the user, hence the count.
+    The kernel exempts root from RLIMIT_NPROC, so when the trainer runs as root fork bombs are
+    stopped only by the audit hook below and cleaned up by the group kill;
+  - a new session and process group (`start_new_session=True`); on timeout, output flood, or
+    plain exit the whole group gets SIGKILL, and afterwards every process left in the session is
+    killed too (found through /proc), so nothing the program forked outlives the call;
+  - output read incrementally from the pipes with a cap: past `max_output_bytes` (stdout and
+    stderr together) the group is killed, so a huge print costs at most the cap in memory;
+  - no network, when the kernel allows it: the child calls unshare(CLONE_NEWNET) (as root) or
+    unshare(CLONE_NEWUSER | CLONE_NEWNET) with an identity uid/gid map (unprivileged user
+    namespaces) before exec, so it sees only a loopback interface that is down. If unshare fails,
+    the run goes on without it; `network_namespace_available()` says which case holds.
+
+Best-effort (in-process, Python level; code that reaches raw syscalls, e.g. through a C
+extension, gets past them):
+  - a `sys.addaudithook` guard installed before the user code runs. It raises PermissionError on:
+    creating, connecting or binding sockets; os.system / exec* / spawn* / fork / forkpty /
+    posix_spawn / subprocess.Popen / os.kill; ctypes (import of ctypes/_ctypes, dlopen, dlsym,
+    raw memory) and import of _posixsubprocess (the unaudited fork-exec); opening a file for
+    writing, and removing, renaming, creating or chmod-ing paths, outside the temporary
+    directory (paths resolved with realpath, so ../ and symlinks do not escape it). Reads are
+    not restricted: the stdlib must be importable.
+
+Not done: no PID or mount namespace, no seccomp, no cgroups, no dropping root (the interpreter
+may live where an unprivileged uid cannot read it). Run the trainer as a non-root user, or in a
+container, for the NPROC limit and file permissions to be hard as well.
+
+The limits are set in `preexec_fn`, which CPython documents as unsafe when the parent has
+threads: the function only calls modules and ctypes handles imported before the fork and
+allocates nothing large, which keeps the window small, but a deadlock in the child before exec
+is not ruled out; the wall-clock timeout still kills it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import resource
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from functools import lru_cache
+from typing import NamedTuple
+
+FILE_SIZE_BYTES = 1 << 20
+"""RLIMIT_FSIZE: the largest file the program may write (1 MiB)."""
+MAX_OPEN_FILES = 64
+"""RLIMIT_NOFILE: the interpreter needs about 10 descriptors."""
+MAX_STDIN_BYTES = 32_768
+"""Below the 64 KiB pipe buffer, so writing stdin never waits for the program."""
+NPROC_MARGIN = 8
+"""How many processes (and threads) beyond those the user has at spawn time the program may add."""
+
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET = 0x40000000
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_PRELUDE_NAME = "_sandbox_prelude.py"
+_SOURCE_NAME = "main.py"
+_READ_CHUNK = 1 << 16
+
+# Runs in the child before the user's program: reads main.py, installs the audit guard, and
+# executes main.py as __main__. Kept as text because it runs in another interpreter.
+_PRELUDE = (
+    r"""
+import os, sys
+
+def _guard(root):
+    deny = frozenset((
+        "os.system", "os.exec", "os.spawn", "os.posix_spawn", "os.fork", "os.forkpty",
+        "os.kill", "os.killpg", "pty.spawn", "subprocess.Popen", "socket.__new__",
+        "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "ctypes.dlopen",
+        "ctypes.dlsym", "ctypes.cdata", "ctypes.addressof", "ctypes.string_at",
+        "ctypes.wstring_at", "ctypes.call_function", "ctypes.seh_exception",
+    ))
+    deny_imports = frozenset(("ctypes", "_ctypes", "_posixsubprocess"))
+    path_events = {
+        "os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1,
+        "os.truncate": 1, "os.utime": 1, "shutil.rmtree": 1, "os.rename": 2, "os.link": 2,
+        "os.symlink": 2,
+    }
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+    prefix = root.rstrip("/") + "/"
+    realpath, fspath, getcwd, join = os.path.realpath, os.fspath, os.getcwd, os.path.join
+
+    def inside(path):
+        if isinstance(path, int):
+            return True
+        path = fspath(path)
+        if isinstance(path, bytes):
+            path = path.decode("utf-8", "surrogateescape")
+        full = realpath(join(getcwd(), path))
+        return full == root or full.startswith(prefix)
+
+    def hook(event, args):
+        if event in deny or event.startswith("os.exec") or event.startswith("os.spawn"):
+            raise PermissionError(f"sandbox: {event} is not allowed")
+        if event == "import":
+            if args[0] in deny_imports:
+                raise PermissionError(f"sandbox: import of {args[0]} is not allowed")
+        elif event == "open":
+            path, mode, flags = args
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                mode is None and isinstance(flags, int) and flags & write_flags)
+            if writing and not inside(path):
+                raise PermissionError(f"sandbox: writing {path!r} outside the sandbox directory")
+        elif event in path_events:
+            for path in args[: path_events[event]]:
+                if path is not None and not inside(path):
+                    raise PermissionError(f"sandbox: {event} on {path!r} outside the sandbox")
+
+    sys.addaudithook(hook)
+
+def _main():
+    root = os.path.realpath(os.getcwd())
+    with open("""
+    + repr(_SOURCE_NAME)
+    + r""", encoding="utf-8") as f:
+        code = compile(f.read(), """
+    + repr(_SOURCE_NAME)
+    + r""", "exec")
+    if "--no-guard" not in sys.argv:
+        _guard(root)
+    exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+
+_main()
+"""
+)
+
+
+class ExecResult(NamedTuple):
+    """How one sandboxed run ended.
+
+    returncode: the interpreter's exit status; negative -N when killed by signal N.
+    stdout, stderr: decoded (UTF-8, invalid bytes replaced), together at most max_output_bytes.
+    timed_out: True when the wall-clock or CPU limit ended the run.
+    killed_reason: None for a normal exit (whatever its status), else "timeout", "memory",
+      "output" (too much printed), or "signal:<NAME>" for another fatal signal.
+    duration_s: wall-clock seconds from spawn to the end of cleanup.
+    """
+
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+    killed_reason: str | None
+    duration_s: float
+
+
+def _user_process_count(uid: int) -> int:
+    """Processes (threads excluded) whose real uid is `uid`, from /proc."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        count += int(line.split()[1]) == uid
+                        break
+        except OSError:  # the process ended while we looked
+            continue
+    return count
+
+
+def _session_members(sid: int) -> list[int]:
+    """Pids whose session id is `sid` (field 6 of /proc/<pid>/stat)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()  # the command name may contain spaces
+        if len(fields) > 3 and int(fields[3]) == sid:
+            members.append(int(entry))
+    return members
+
+
+def _kill_session(pid: int) -> None:
+    """SIGKILL the process group `pid` and any process left in session `pid`."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for member in _session_members(pid):
+        try:
+            os.kill(member, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _unshare_network(uid: int, gid: int) -> None:
+    """Move the calling (child) process into a new network namespace; silently keep the old
+    one when the kernel refuses."""
+    if uid == 0:
+        _LIBC.unshare(_CLONE_NEWNET)
+        return
+    if _LIBC.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
+        return
+    # Map our own ids into the new user namespace, so files keep their owner.
+    for name, text in (
+        ("setgroups", "deny"),
+        ("uid_map", f"{uid} {uid} 1"),
+        ("gid_map", f"{gid} {gid} 1"),
+    ):
+        try:
+            fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+            os.write(fd, text.encode())
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _limits(memory_mb: int, cpu_s: int, nproc: int | None, netns: bool, uid: int, gid: int):
+    """The preexec_fn: namespaces first (they may need privileges), then rlimits."""
+
+    def apply() -> None:
+        if netns:
+            _unshare_network(uid, gid)
+        memory = memory_mb << 20
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_BYTES, FILE_SIZE_BYTES))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_OPEN_FILES, MAX_OPEN_FILES))
+        if nproc is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+    return apply
+
+
+@lru_cache(maxsize=None)
+def network_namespace_available() -> bool:
+    """Whether a child of this process can enter a new network namespace (checked once)."""
+    uid, gid = os.getuid(), os.getgid()
+    probe = "import os; os._exit(0 if os.readlink('/proc/self/ns/net') != %r else 1)"
+    try:
+        here = os.readlink("/proc/self/ns/net")
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", probe % here],
+            preexec_fn=lambda: _unshare_network(uid, gid),
+            env={"PATH": os.defpath},
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def _read_capped(
+    proc: subprocess.Popen, deadline: float, cap: int
+) -> tuple[bytes, bytes, str | None]:
+    """Read both pipes until EOF, the deadline, or `cap` bytes in all; returns the reason the
+    group had to be killed ("timeout", "output") or None."""
+    chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    total = 0
+    reason = None
+    with selectors.DefaultSelector() as selector:
+        for fileobj in (proc.stdout, proc.stderr):
+            os.set_blocking(fileobj.fileno(), False)
+            selector.register(fileobj.fileno(), selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                reason = "timeout"
+                break
+            if proc.poll() is not None:
+                # The program exited; children it left holding the pipes must not keep us here.
+                _kill_session(proc.pid)
+            for key, _ in selector.select(min(left, 0.05)):
+                data = os.read(key.fd, _READ_CHUNK)
+                if not data:
+                    selector.unregister(key.fd)
+                    continue
+                chunks[key.fd].append(data[: cap - total])
+                total += len(data)
+                if total > cap:
+                    reason = "output"
+                    break
+            if reason:
+                break
+    if reason:
+        _kill_session(proc.pid)
+    return (
+        b"".join(chunks[proc.stdout.fileno()]),
+        b"".join(chunks[proc.stderr.fileno()]),
+        reason,
+    )
+
+
+def _memory_error(stderr: str) -> bool:
+    """Whether the traceback's final line is a MemoryError."""
+    lines = stderr.strip().splitlines()
+    return bool(lines) and lines[-1].startswith("MemoryError")
+
+
+def run_python(
+    source: str,
+    *,
+    timeout_s: float = 2.0,
+    memory_mb: int = 256,
+    max_output_bytes: int = 64_000,
+    cpu_s: int | None = None,
+    stdin: str = "",
+    network_namespace: bool = True,
+    audit_guard: bool = True,
+) -> ExecResult:
+    """Run `source` as a Python program in a limited subprocess (see the module docstring).
+
+    Args:
+      source: the program; it runs as __main__ from the file main.py in the temporary directory.
+      timeout_s: wall-clock limit in seconds; past it the process group is killed.
+      memory_mb: address-space limit (RLIMIT_AS) in MiB; the bare interpreter needs about 20.
+      max_output_bytes: cap on stdout + stderr; past it the process group is killed.
+      cpu_s: CPU-seconds limit (RLIMIT_CPU); None for ceil(timeout_s) + 1.
+      stdin: text written to the program's standard input (which is then closed); at most
+        `MAX_STDIN_BYTES`, so that writing it cannot block on a program that does not read.
+      network_namespace: try to cut the network with a new network namespace. With False (or
+        when the kernel refuses) only the audit-hook guard blocks sockets.
+      audit_guard: install the best-effort audit-hook guard. Turn it off only for trusted code,
+        or to test the hard limits alone.
+
+    Returns:
+      An `ExecResult`.
+    """
+    if timeout_s <= 0 or memory_mb <= 0 or max_output_bytes <= 0:
+        raise ValueError(
+            f"timeout_s={timeout_s}, memory_mb={memory_mb} and "
+            f"max_output_bytes={max_output_bytes} must all be positive"
+        )
+    data = stdin.encode("utf-8")
+    if len(data) > MAX_STDIN_BYTES:
+        raise ValueError(f"stdin has {len(data)} bytes > MAX_STDIN_BYTES={MAX_STDIN_BYTES}")
+    cpu = math.ceil(timeout_s) + 1 if cpu_s is None else int(cpu_s)
+    uid, gid = os.getuid(), os.getgid()
+    nproc = None if uid == 0 else _user_process_count(uid) + NPROC_MARGIN
+    start = time.monotonic()
+    workdir = tempfile.mkdtemp(prefix="rljax-sandbox-")
+    try:
+        with open(os.path.join(workdir, _PRELUDE_NAME), "w", encoding="utf-8") as f:
+            f.write(_PRELUDE)
+        with open(os.path.join(workdir, _SOURCE_NAME), "w", encoding="utf-8") as f:
+            f.write(source)
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", _PRELUDE_NAME] + ([] if audit_guard else ["--no-guard"]),
+            cwd=workdir,
+            env={"PATH": os.defpath, "LC_ALL": "C.UTF-8", "HOME": workdir},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+            preexec_fn=_limits(memory_mb, cpu, nproc, network_namespace, uid, gid),
+        )
+        try:
+            try:
+                proc.stdin.write(data)
+            except BrokenPipeError:  # the program ended (or closed stdin) before reading it
+                pass
+            proc.stdin.close()
+            out, err, reason = _read_capped(proc, start + timeout_s, max_output_bytes)
+            if reason is None:  # the pipes closed; the program may still be running
+                try:
+                    proc.wait(timeout=max(0.0, start + timeout_s - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    reason = "timeout"
+            _kill_session(proc.pid)
+            returncode = proc.wait()
+        finally:
+            _kill_session(proc.pid)
+            proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    stdout = out.decode("utf-8", "replace")
+    stderr = err.decode("utf-8", "replace")
+    if reason is None and returncode == -signal.SIGXCPU:
+        reason = "timeout"
+    elif reason is None and returncode < 0:
+        try:
+            reason = f"signal:{signal.Signals(-returncode).name}"
+        except ValueError:
+            reason = f"signal:{-returncode}"
+    elif reason is None and returncode != 0 and _memory_error(stderr):
+        reason = "memory"
+    return ExecResult(
+        returncode=returncode,
+        stdout=stdout,
+        stderr=stderr,
+        timed_out=reason == "timeout",
+        killed_reason=reason,
+        duration_s=time.monotonic() - start,
+    )

@@ -1,0 +1,194 @@
+"""run_python: results and limits of sandboxed runs, checked from inside and outside the child."""
+
+import json
+import os
+import resource
+import socket
+
+import pytest
+
+from rljax.rewards.sandbox import (
+    FILE_SIZE_BYTES,
+    MAX_OPEN_FILES,
+    network_namespace_available,
+    run_python,
+)
+
+
+def _sandbox_processes() -> list[int]:
+    """Pids of live processes started by run_python (their command line names the prelude)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{entry}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if b"_sandbox_prelude.py" in cmdline and state != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+def test_normal_run_captures_output_and_stdin():
+    res = run_python(
+        "import sys\nprint('out', sys.stdin.read())\nprint('err', file=sys.stderr)\nsys.exit(3)",
+        timeout_s=1.0,
+        stdin="hello",
+    )
+    assert (res.returncode, res.stdout, res.stderr) == (3, "out hello\n", "err\n")
+    assert res.killed_reason is None and not res.timed_out
+
+
+def test_child_sees_limits_fresh_cwd_and_minimal_env():
+    probe = (
+        "import json, os, resource as r\n"
+        "lim = {n: r.getrlimit(getattr(r, n)) for n in "
+        "('RLIMIT_AS', 'RLIMIT_CPU', 'RLIMIT_FSIZE', 'RLIMIT_CORE', 'RLIMIT_NOFILE')}\n"
+        "print(json.dumps({'lim': lim, 'cwd': os.getcwd(), 'env': sorted(os.environ),"
+        " 'files': sorted(os.listdir('.'))}))"
+    )
+    res = run_python(probe, timeout_s=1.0, memory_mb=300, cpu_s=3)
+    got = json.loads(res.stdout)
+    assert got["lim"] == {
+        "RLIMIT_AS": [300 << 20, 300 << 20],
+        "RLIMIT_CPU": [3, 4],
+        "RLIMIT_FSIZE": [FILE_SIZE_BYTES, FILE_SIZE_BYTES],
+        "RLIMIT_CORE": [0, 0],
+        "RLIMIT_NOFILE": [MAX_OPEN_FILES, MAX_OPEN_FILES],
+    }
+    assert set(got["env"]) <= {"PATH", "LC_ALL", "HOME"}
+    assert got["files"] == ["_sandbox_prelude.py", "main.py"]
+    assert os.path.basename(got["cwd"]).startswith("rljax-sandbox-")
+    assert not os.path.exists(got["cwd"]), "the temporary directory must be deleted afterwards"
+
+
+def test_nproc_limit_set_for_non_root():
+    if os.getuid() == 0:
+        pytest.skip("running as root, which the kernel exempts from RLIMIT_NPROC (not set then)")
+    res = run_python(
+        "import resource; print(resource.getrlimit(resource.RLIMIT_NPROC)[0])", timeout_s=1.0
+    )
+    assert 0 < int(res.stdout) < resource.getrlimit(resource.RLIMIT_NPROC)[0]
+
+
+def test_infinite_loop_times_out_quickly():
+    res = run_python("while True:\n    pass", timeout_s=0.5)
+    assert res.killed_reason == "timeout" and res.timed_out
+    assert res.duration_s < 1.5
+
+
+def test_closing_the_pipes_does_not_escape_the_timeout():
+    res = run_python("import os\nos.close(1)\nos.close(2)\nwhile True:\n    pass", timeout_s=0.5)
+    assert res.killed_reason == "timeout" and res.duration_s < 1.5
+
+
+def test_fork_bomb_is_stopped_and_leaves_no_process():
+    res = run_python("import os\nwhile True:\n    os.fork()", timeout_s=1.0)
+    assert res.returncode != 0
+    assert "os.fork is not allowed" in res.stderr
+    assert _sandbox_processes() == []
+
+
+def test_hard_cleanup_kills_forked_children_without_the_guard():
+    # Bounded forks (not a bomb): children sleep, one leaves the process group, the parent exits.
+    src = (
+        "import os, time\n"
+        "for i in range(3):\n"
+        "    if os.fork() == 0:\n"
+        "        if i == 0:\n"
+        "            os.setpgid(0, 0)\n"
+        "        time.sleep(60)\n"
+        "        os._exit(0)\n"
+        "print('parent done')\n"
+    )
+    res = run_python(src, timeout_s=2.0, audit_guard=False)
+    assert res.stdout == "parent done\n"
+    assert res.duration_s < 1.5, "children holding the pipes must not hold up the call"
+    assert _sandbox_processes() == []
+
+
+def test_memory_limit():
+    res = run_python("x = bytearray(2 * 1024**3)", timeout_s=1.0, memory_mb=256)
+    assert res.killed_reason == "memory"
+    assert res.returncode != 0
+
+
+def test_output_flood_is_truncated_and_killed_fast():
+    src = "import sys\nfor _ in range(100):\n    sys.stdout.write('x' * 1_000_000)"
+    res = run_python(src, timeout_s=5.0, max_output_bytes=10_000)
+    assert res.killed_reason == "output"
+    assert len(res.stdout) + len(res.stderr) <= 10_000
+    assert res.stdout == "x" * len(res.stdout) and len(res.stdout) > 0
+    assert res.duration_s < 2.0
+
+
+def test_write_outside_sandbox_blocked(tmp_path):
+    target = tmp_path / "escaped.txt"
+    res = run_python(f"open({str(target)!r}, 'w').write('x')", timeout_s=1.0)
+    assert "PermissionError" in res.stderr
+    assert not target.exists()
+    climb = run_python("import os\nos.chdir('..')\nopen('x_rljax_escape', 'w')", timeout_s=1.0)
+    assert "PermissionError" in climb.stderr
+
+
+def test_file_size_limit_inside_sandbox():
+    ok = run_python("open('small', 'w').write('x' * 1000)", timeout_s=1.0)
+    assert ok.returncode == 0
+    big = run_python(f"open('big', 'w').write('x' * {2 * FILE_SIZE_BYTES})", timeout_s=1.0)
+    assert "File too large" in big.stderr
+
+
+def test_ctypes_and_subprocess_blocked():
+    for src in (
+        "import ctypes",
+        "import subprocess\nsubprocess.run(['true'])",
+        "import os\nos.system('true')",
+    ):
+        res = run_python(src, timeout_s=1.0)
+        assert res.returncode != 0 and "not allowed" in res.stderr, src
+
+
+@pytest.mark.parametrize(
+    "netns, guard", [(True, True), (False, True), (True, False)], ids=["both", "guard", "netns"]
+)
+def test_no_network_connection(netns, guard):
+    if netns and not guard and not network_namespace_available():
+        pytest.skip("this kernel refuses new network namespaces; only the audit guard applies")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        server.settimeout(0.2)
+        port = server.getsockname()[1]
+        res = run_python(
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=0.5)\n"
+            "print('connected')",
+            timeout_s=1.0,
+            network_namespace=netns,
+            audit_guard=guard,
+        )
+        assert "connected" not in res.stdout and res.returncode != 0
+        with pytest.raises(socket.timeout):
+            server.accept()
+
+
+def test_network_namespace_is_separate():
+    if not network_namespace_available():
+        pytest.skip("this kernel refuses new network namespaces")
+    here = os.readlink("/proc/self/ns/net")
+    res = run_python("import os\nprint(os.readlink('/proc/self/ns/net'))", timeout_s=1.0)
+    assert res.stdout.strip() not in ("", here)
+    off = run_python(
+        "import os\nprint(os.readlink('/proc/self/ns/net'))", timeout_s=1.0, network_namespace=False
+    )
+    assert off.stdout.strip() == here
+
+
+def test_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="timeout_s"):
+        run_python("pass", timeout_s=0)
+    with pytest.raises(ValueError, match="MAX_STDIN_BYTES"):
+        run_python("pass", stdin="x" * 100_000)
