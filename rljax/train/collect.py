@@ -30,6 +30,9 @@ from rljax.rollout.sampler import Rollout
 
 # (prompt_tokens [N, P], prompt_mask [N, P], attempt) -> Rollout of N * n_samples rows.
 RolloutFn = Callable[[jax.Array, jax.Array, int], Rollout]
+# (reward_fn, prompts, completions, answers) -> (rewards [B], failure counts): how rewards are
+# computed, `score_completions` (in-process) or a partial of `score_completions_parallel`.
+Scorer = Callable[..., tuple[np.ndarray, dict[str, int]]]
 
 
 def decode_completions(tokenizer: Tokenizer, tokens: np.ndarray, mask: np.ndarray) -> list[str]:
@@ -40,11 +43,19 @@ def decode_completions(tokenizer: Tokenizer, tokens: np.ndarray, mask: np.ndarra
     ]
 
 
-def score_rollout(task: Task, tokenizer: Tokenizer, prompts: dict, tokens, mask, repeats: int):
+def score_rollout(
+    task: Task,
+    tokenizer: Tokenizer,
+    prompts: dict,
+    tokens,
+    mask,
+    repeats: int,
+    scorer: Scorer = score_completions,
+):
     """Rewards of decoded completions ([N * repeats]) and the reward-function failure counts."""
     texts = decode_completions(tokenizer, np.asarray(tokens), np.asarray(mask))
     repeat = lambda xs: [x for x in xs for _ in range(repeats)]
-    return score_completions(
+    return scorer(
         lambda p, c, a: task.reward(c, a),
         repeat(decode_prompts(prompts, tokenizer)),
         texts,
@@ -66,6 +77,8 @@ def collect_batch(
     n_samples: int,
     max_refill_rounds: int = 0,
     greedy: Callable[[jax.Array, jax.Array], Rollout] | None = None,
+    scorer: Scorer = score_completions,
+    feedback: Callable[[dict[str, Any], np.ndarray], None] | None = None,
 ) -> tuple[Batch, dict[str, float]]:
     """Draws prompts, samples `n_samples` completions each, scores them and builds the `Batch`.
 
@@ -79,6 +92,9 @@ def collect_batch(
       max_refill_rounds: extra prompt batches to draw when groups have all-equal rewards (0
         keeps every group of the first draw).
       greedy: when given, decodes each prompt greedily (one row per prompt) for ReMax's baseline.
+      scorer: runs the task's reward over the decoded completions (`Scorer`).
+      feedback: called with every drawn prompt batch and its rewards [n_prompts, G] once
+        scored, kept or not (a prompt selector's update, `SelectedPromptBatches.feedback`).
 
     Returns:
       The batch (rows grouped by prompt; `extras["prompt_id"]` holds each sample's task index)
@@ -98,13 +114,15 @@ def collect_batch(
         tokens, mask = jnp.asarray(prompts["prompt_tokens"]), jnp.asarray(prompts["prompt_mask"])
         out = rollout(tokens, mask, attempt)
         rewards, fails = score_rollout(
-            task, tokenizer, prompts, out.completion_tokens, out.completion_mask, n_samples
+            task, tokenizer, prompts, out.completion_tokens, out.completion_mask, n_samples, scorer
         )
+        if feedback is not None:
+            feedback(prompts, np.asarray(rewards).reshape(-1, n_samples))
         for k, v in fails.items():
             failures[k] = failures.get(k, 0) + v
         groups = _groups(prompts, out, rewards, n_samples)
         if greedy is not None:
-            _add_greedy_baseline(groups, greedy, prompts, task, tokenizer, n_samples)
+            _add_greedy_baseline(groups, greedy, prompts, task, tokenizer, n_samples, scorer)
         wanted = len(groups["prompt_id"])
         good = informative_groups(rewards, n_samples)
         if max_refill_rounds == 0:
@@ -149,10 +167,10 @@ def _groups(prompts, out: Rollout, rewards: np.ndarray, g: int) -> dict[str, np.
     }
 
 
-def _add_greedy_baseline(groups, greedy, prompts, task, tokenizer, g: int) -> None:
+def _add_greedy_baseline(groups, greedy, prompts, task, tokenizer, g: int, scorer) -> None:
     out = greedy(jnp.asarray(prompts["prompt_tokens"]), jnp.asarray(prompts["prompt_mask"]))
     rewards, _ = score_rollout(
-        task, tokenizer, prompts, out.completion_tokens, out.completion_mask, 1
+        task, tokenizer, prompts, out.completion_tokens, out.completion_mask, 1, scorer
     )
     groups["baseline_reward"] = np.repeat(rewards[:, None], g, axis=1)
 

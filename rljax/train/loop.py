@@ -26,6 +26,7 @@ from ml_collections import ConfigDict
 from tqdm.auto import tqdm
 
 from rljax.data import decode_answers, prompt_batches, prompt_dataset, sft_dataset
+from rljax.data.selected import HeaPASelector, SelectedPromptBatches
 from rljax.data.tasks import Task
 from rljax.metrics.writers import MetricsWriter
 from rljax.models.tokenizer import Tokenizer
@@ -39,6 +40,7 @@ from rljax.train.builders import (
     build_optimizer,
     build_policy,
     build_rollout_config,
+    build_scorer,
     build_task,
     build_train_state,
     build_update_config,
@@ -119,6 +121,7 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
     params = shard_params(params, mesh)
     algorithm = build_algorithm(config, model_config.vocab_size)
     optimizer = build_optimizer(t)
+    scorer = build_scorer(config)
 
     run_dir = os.path.abspath(config.run_dir)
     checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), t.max_checkpoints)
@@ -128,7 +131,7 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
     def log(step: int, metrics: dict[str, Any]) -> None:
         records.append({"step": step, **writer.write(step, metrics)})
 
-    data = prompt_batches(prompts.dataset(task, "train", seed=config.seed), t.prompts_per_step)
+    data = _train_prompts(config, task, prompts)
     start = checkpointer.latest_step()
     driver_state = None
     if start is None:
@@ -180,6 +183,7 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
             t.prompts_per_step * n_samples,
             config.seed,
             prompt_multiple=batch_split,
+            scorer=scorer,
         )
         if driver_state is not None:
             uec.load(driver_state)
@@ -209,9 +213,13 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
                 n_samples,
                 config.rollout.get("max_refill_rounds", 0),
                 _greedy_decoder(graphdef, state, config, tokenizer, algorithm),
+                scorer,
+                data.feedback if isinstance(data, SelectedPromptBatches) else None,
             )
             state, learned = learn(state, batch)
             metrics.update(learned)
+            if isinstance(data, SelectedPromptBatches):
+                metrics.update(data.metrics())
             tokens = float(np.asarray(batch.completion_mask).sum())
         else:
             # The loop step salts the rollout key: a step without an update keeps state.step.
@@ -251,6 +259,25 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
     checkpointer.close()
     writer.close()
     return records
+
+
+def _train_prompts(config: ConfigDict, task: Task, prompts: Prompts):
+    """The training prompt batches: the shuffled split, or a `prompt_selection` selector's
+    picks from a pool of the split's first `prompt_selection.pool_size` prompts."""
+    batch_size = config.train.prompts_per_step
+    selection = config.get("prompt_selection")
+    if selection is None or selection.name == "none":
+        return prompt_batches(prompts.dataset(task, "train", seed=config.seed), batch_size)
+    size = task.split_size("train")
+    pool_size = selection.get("pool_size", 0) or size
+    if pool_size is None:
+        raise ValueError(
+            f"task {config.task.name!r} has an unbounded train split; set "
+            "prompt_selection.pool_size to the number of prompts the selector chooses from"
+        )
+    pool = prompts.dataset(task, "train", seed=None, num_examples=pool_size)
+    selector = HeaPASelector(len(pool), config.seed, selection.get("low_fraction", 0.5))
+    return SelectedPromptBatches(pool, selector, batch_size)
 
 
 def _greedy_decoder(graphdef, state, config: ConfigDict, tokenizer: Tokenizer, algorithm):

@@ -30,8 +30,9 @@ from rljax.entropy.uec import (
     truncated_rows,
 )
 from rljax.models.tokenizer import Tokenizer
+from rljax.rewards import score_completions
 from rljax.rollout.sampler import Rollout
-from rljax.train.collect import rollout_metrics, score_rollout
+from rljax.train.collect import Scorer, rollout_metrics, score_rollout
 
 # (prompt_tokens [N, P], prompt_mask [N, P]) -> Rollout of N * samples rows.
 RolloutFn = Callable[[jax.Array, jax.Array], Rollout]
@@ -57,6 +58,7 @@ class UECDriver:
       seed: seeds the replay sampling (with the step).
       prompt_multiple: the number of explored prompts is padded to a multiple of this (the
         devices the rollout's rows are split over).
+      scorer: how the task's reward is run over completions (`rljax.train.collect.Scorer`).
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class UECDriver:
         batch_rows: int,
         seed: int,
         prompt_multiple: int = 1,
+        scorer: Scorer = score_completions,
     ):
         self.settings = settings
         self.task = task
@@ -76,6 +79,7 @@ class UECDriver:
         self.batch_rows = batch_rows
         self.seed = seed
         self.prompt_multiple = prompt_multiple
+        self.scorer = scorer
         self.batch_buffer = RowBuffer(2 * batch_rows)
         self.replay_buffer = RowBuffer(int(settings.replay_capacity * batch_rows))
 
@@ -88,6 +92,7 @@ class UECDriver:
             out.completion_tokens,
             out.completion_mask,
             samples,
+            self.scorer,
         )
         advantages = np.asarray(grpo_advantages(jnp.asarray(rewards), samples))
         rows = {

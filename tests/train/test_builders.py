@@ -76,6 +76,9 @@ def test_algorithm_from_config_and_a_setting_it_does_not_take():
         ("rollout.max_new_tokens", 0, "max_new_tokens=0"),
         ("rollout.weight_correction", "magic", "weight_correction='magic' is unknown"),
         ("rollout.aqn_sigma_start", -1.0, "aqn_sigma_start=-1.0"),
+        ("reward.workers", -1, "reward.workers=-1"),
+        ("prompt_selection.name", "dare", "prompt_selection.name='dare' is unknown"),
+        ("reward.timeout_s", -2.0, "reward.timeout_s=-2.0"),
     ],
 )
 def test_validate_config_names_the_key(key, value, match):
@@ -132,4 +135,16 @@ def test_bad_rollout_correction_is_named(section, match):
     config = tiny_config()
     config.rollout_correction = section
     with pytest.raises(ValueError, match=match):
+        validate_config(config)
+
+
+def test_prompt_selection_checks_pool_size_and_uec():
+    config = tiny_config()
+    config.prompt_selection.update(name="heapa", pool_size=8)
+    with pytest.raises(ValueError, match="pool_size=8 is smaller than a batch"):
+        validate_config(config)
+    config.prompt_selection.pool_size = 256
+    validate_config(config)
+    config.algorithm = {"name": "uec_rl"}
+    with pytest.raises(ValueError, match="does not combine with UEC-RL"):
         validate_config(config)

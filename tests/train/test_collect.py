@@ -1,10 +1,14 @@
 """The host side of an iteration: scoring, DAPO's refill of all-equal groups, ReMax's baseline."""
 
+import time
+
 import numpy as np
 import pytest
 
+from configs.grpo_addition import get_config
 from rljax.models.tokenizer import ByteTokenizer
 from rljax.rollout.sampler import Rollout
+from rljax.train.builders import build_scorer
 from rljax.train.collect import collect_batch, informative_groups
 
 TOKENIZER = ByteTokenizer()
@@ -126,3 +130,24 @@ def test_greedy_baseline_is_repeated_per_sample():
 def test_negative_rounds_rejected():
     with pytest.raises(ValueError, match="max_refill_rounds=-1"):
         collect_batch(None, iter([]), EchoTask(), TOKENIZER, G, max_refill_rounds=-1)
+
+
+def test_scorer_from_config_runs_the_reward_on_a_pool_with_a_hard_timeout():
+    config = get_config()
+    config.reward.update(workers=2, kind="process", timeout_s=0.5)
+    scorer = build_scorer(config)
+    batches = [[0, 1, 2]]
+    bind, _ = fake_rollout(lambda i, j, a: j == 0)
+
+    class Hangs(EchoTask):
+        def reward(self, completion: str, answer: str) -> float:
+            if completion == "b":  # every second sample
+                time.sleep(60)
+            return super().reward(completion, answer)
+
+    start = time.perf_counter()
+    data = iter(prompts(b) for b in batches)
+    batch, metrics = collect_batch(bind(batches[0]), data, Hangs(), TOKENIZER, G, scorer=scorer)
+    assert time.perf_counter() - start < 45  # the hanging calls sleep 60 s
+    np.testing.assert_array_equal(batch.rewards, [1, 0, 1, 0, 1, 0])
+    assert metrics["reward/failures_timeout"] == 3

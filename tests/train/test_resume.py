@@ -67,7 +67,14 @@ UEC = (
     "--config.algorithm.replay_threshold=0.0",
     "--config.algorithm.replay_every=2",
 )
-RECIPES = {"grpo": ("configs/grpo_addition.py", ()), "uec_rl": ("configs/uec_rl_addition.py", UEC)}
+# HeaPA prompt selection: steps 1-2 score the 8 pool prompts once, steps 3-4 pick at the reward
+# median from the pool restored from the step-2 checkpoint.
+HEAPA = ("--config.prompt_selection.name=heapa", "--config.prompt_selection.pool_size=8")
+RECIPES = {
+    "grpo": ("configs/grpo_addition.py", ()),
+    "uec_rl": ("configs/uec_rl_addition.py", UEC),
+    "heapa": ("configs/grpo_addition.py", HEAPA),
+}
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
@@ -88,6 +95,8 @@ def test_killed_run_resumes_with_identical_metrics(tmp_path, recipe):
     for step in (3, 4):  # the steps after the crash, including the held-out evaluation
         assert a[step] == b[step], step
     assert "eval/accuracy" in a[4]
+    if recipe == "heapa":  # 8 cold prompts, 4 scored a step
+        assert [a[s]["selection/cold"] for s in (1, 2, 3)] == [4.0, 0.0, 0.0]
 
 
 @pytest.mark.parametrize(

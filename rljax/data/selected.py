@@ -1,0 +1,143 @@
+"""Prompt batches chosen by a prompt selector (HeaPA) from a fixed pool, with resumable state.
+
+The default pipeline (`prompt_batches`) walks a shuffled split. A selector instead picks each
+batch from a pool of prompts using what the rollouts said about them: `SelectedPromptBatches`
+asks the selector for `batch_size` pool positions, reads those examples from the (unshuffled)
+`prompt_dataset`, and after the rollout is scored takes the rewards back through `feedback`.
+Its `get_state()` is JSON, so the selector's state goes into the checkpoint with the data
+iterator's and a resumed run selects exactly what a straight run does.
+
+Selectors (`rljax.data.samplers`) work on pool positions 0..N-1 of this host's shard; every
+batch carries them as "position" next to the task "index".
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import grain
+import numpy as np
+
+from rljax.data.samplers.heapa import HeaPAPool, HeaPASettings
+
+
+class PromptSelector(Protocol):
+    """What `SelectedPromptBatches` needs from a selector."""
+
+    def select(self, step: int, k: int) -> np.ndarray:
+        """[k] pool positions for batch number `step`."""
+        ...
+
+    def feedback(self, positions: np.ndarray, rewards: np.ndarray) -> None:
+        """Scores of the selected prompts: rewards [k, G] of their G samples."""
+        ...
+
+    def metrics(self) -> dict[str, float]:
+        """What to log about the selector after a step."""
+        ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def load(self, state: dict[str, Any]) -> None: ...
+
+
+class HeaPASelector:
+    """HeaPA (arXiv 2601.22448) as a prompt selector: every pool position starts cold (so each
+    prompt is scored once first), then batches come from the reward-median boundary; a selected
+    prompt returns to the pool with its group's mean reward."""
+
+    def __init__(self, pool_size: int, seed: int, low_fraction: float = 0.5):
+        self.pool = HeaPAPool(HeaPASettings(capacity=pool_size, low_fraction=low_fraction), seed)
+        self.pool.add(np.arange(pool_size))
+
+    def select(self, step: int, k: int) -> np.ndarray:
+        ids = self.pool.select(step, k)
+        if len(ids) < k:
+            raise ValueError(
+                f"the HeaPA pool holds {len(ids)} prompts, fewer than a batch of {k}; raise "
+                "prompt_selection.pool_size"
+            )
+        return ids
+
+    def feedback(self, positions: np.ndarray, rewards: np.ndarray) -> None:
+        self.pool.add(positions, np.asarray(rewards, np.float64).mean(axis=1))
+
+    def metrics(self) -> dict[str, float]:
+        """ "selection/cold": prompts not scored yet; "selection/boundary": the reward at the
+        median boundary (mean of the low maximum and the high minimum; NaN before any score)."""
+        low, high = self.pool.low.peek_max(), self.pool.high.peek_min()
+        tops = [e[0] for e in (low, high) if e is not None]
+        return {
+            "selection/cold": float(len(self.pool.cold)),
+            "selection/boundary": float(np.mean(tops)) if tops else float("nan"),
+        }
+
+    def state(self) -> dict[str, Any]:
+        return self.pool.state()
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.pool.load(state)
+
+
+def _to_json(tree):
+    """numpy arrays and scalars -> lists and Python numbers (exact for float64 and ints)."""
+    if isinstance(tree, dict):
+        return {k: _to_json(v) for k, v in tree.items()}
+    if isinstance(tree, np.ndarray):
+        return {"__array__": tree.tolist(), "dtype": str(tree.dtype)}
+    if isinstance(tree, np.generic):
+        return tree.item()
+    return tree
+
+
+def _from_json(tree):
+    if isinstance(tree, dict):
+        if "__array__" in tree:
+            return np.asarray(tree["__array__"], tree["dtype"])
+        return {k: _from_json(v) for k, v in tree.items()}
+    return tree
+
+
+class SelectedPromptBatches:
+    """An iterator of prompt batches whose prompts a `PromptSelector` picks.
+
+    Args:
+      dataset: the pool, e.g. `prompt_dataset(task, "train", ..., seed=None,
+        num_examples=pool_size)`; position i is `dataset[i]`.
+      selector: picks positions and takes the rewards back.
+      batch_size: prompts per batch.
+    """
+
+    def __init__(self, dataset: grain.MapDataset, selector: PromptSelector, batch_size: int):
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be >= 1")
+        self.dataset = dataset
+        self.selector = selector
+        self.batch_size = batch_size
+        self.step = 0
+
+    def __iter__(self) -> SelectedPromptBatches:
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        positions = self.selector.select(self.step, self.batch_size)
+        self.step += 1
+        rows = [self.dataset[int(i)] for i in positions]
+        batch = {k: np.stack([row[k] for row in rows]) for k in rows[0]}
+        batch["position"] = np.asarray(positions, np.int64)
+        return batch
+
+    def feedback(self, prompts: dict[str, np.ndarray], rewards: np.ndarray) -> None:
+        """Hands the rewards [n_prompts, G] of a scored batch from this iterator back."""
+        self.selector.feedback(prompts["position"], rewards)
+
+    def metrics(self) -> dict[str, float]:
+        return self.selector.metrics()
+
+    def get_state(self) -> dict[str, Any]:
+        """JSON-serialisable state: the batch counter and the selector's state."""
+        return {"step": self.step, "selector": _to_json(self.selector.state())}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.selector.load(_from_json(state["selector"]))
