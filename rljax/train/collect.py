@@ -14,6 +14,7 @@ algorithm needs are met here because they need more generation than one rollout:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,8 +26,11 @@ from rljax.core.batch import Batch, make_batch
 from rljax.data import decode_answers, decode_prompts
 from rljax.data.tasks import Task
 from rljax.models.tokenizer import Tokenizer
-from rljax.rewards import score_completions
+from rljax.rewards import FAILURE_KINDS, score_completions
+from rljax.rollout.cuts import training_rollout_logprobs
 from rljax.rollout.sampler import Rollout
+
+_log = logging.getLogger(__name__)
 
 # (prompt_tokens [N, P], prompt_mask [N, P], attempt) -> Rollout of N * n_samples rows.
 RolloutFn = Callable[[jax.Array, jax.Array, int], Rollout]
@@ -52,8 +56,15 @@ def score_rollout(
     repeats: int,
     scorer: Scorer = score_completions,
 ):
-    """Rewards of decoded completions ([N * repeats]) and the reward-function failure counts."""
+    """Rewards of decoded completions ([N * repeats]) and the reward-function failure counts.
+
+    A task with a `group_rewards(completions, answer)` method scores each prompt's `repeats`
+    samples together (e.g. CRPS credit), in this process; otherwise `scorer` runs
+    `task.reward` on every completion.
+    """
     texts = decode_completions(tokenizer, np.asarray(tokens), np.asarray(mask))
+    if hasattr(task, "group_rewards"):
+        return score_groups(task.group_rewards, texts, decode_answers(prompts), repeats)
     repeat = lambda xs: [x for x in xs for _ in range(repeats)]
     return scorer(
         lambda p, c, a: task.reward(c, a),
@@ -61,6 +72,44 @@ def score_rollout(
         texts,
         repeat(decode_answers(prompts)),
     )
+
+
+def score_groups(
+    group_rewards: Callable[[list[str], str], Any], texts: list[str], answers: list[str], g: int
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Rewards [N * g] from a group reward function, one call per prompt, failures contained.
+
+    A call that raises, or returns anything but g finite numbers, gives its whole group 0 and
+    counts g failures of that kind (as `score_completions` does per completion).
+    """
+    rewards = np.zeros(len(texts), np.float32)
+    failures = dict.fromkeys(FAILURE_KINDS, 0)
+    first: dict[str, str] = {}
+    for i, answer in enumerate(answers):
+        group = slice(i * g, (i + 1) * g)
+        try:
+            values = np.asarray(group_rewards(texts[group], answer), np.float64)
+        except Exception as err:  # contained by design, like score_completions
+            kind, detail = "exception", repr(err)
+        else:
+            if values.shape != (g,):
+                kind, detail = "wrong_type", f"shape {values.shape}, expected ({g},)"
+            elif not np.isfinite(values).all():
+                kind, detail = "non_finite", f"got {values.tolist()!r:.80}"
+            else:
+                rewards[group] = values
+                continue
+        failures[kind] += g
+        first.setdefault(kind, f"prompt {i}: {detail}")
+    for kind, detail in first.items():
+        _log.warning(
+            "group_rewards failed (%s) on %d of %d samples, which got reward 0 (first, %s)",
+            kind,
+            failures[kind],
+            len(texts),
+            detail,
+        )
+    return rewards, failures
 
 
 def informative_groups(rewards: np.ndarray, group_size: int) -> np.ndarray:
@@ -161,7 +210,10 @@ def _groups(prompts, out: Rollout, rewards: np.ndarray, g: int) -> dict[str, np.
         "prompt_mask": per_group(out.prompt_mask),
         "completion_tokens": per_group(out.completion_tokens),
         "completion_mask": per_group(out.completion_mask),
-        "rollout_logprobs": per_group(out.sampling_logprobs),
+        # CUTS rows train on the policy's log-probs (treated as on-policy, as the paper does).
+        "rollout_logprobs": per_group(
+            training_rollout_logprobs(out.sampling_logprobs, out.policy_logprobs, out.cuts_rows)
+        ),
         "rewards": per_group(rewards),
         "prompt_id": np.asarray(prompts["index"]).astype(np.int64),
     }

@@ -60,6 +60,7 @@ class Prompts:
 
     tokenizer: Tokenizer
     max_len: int
+    max_answer_len: int
     format_prompt: Callable[[str], str] | None
     add_bos: bool
 
@@ -69,6 +70,7 @@ class Prompts:
             split,
             self.tokenizer,
             self.max_len,
+            max_answer_len=self.max_answer_len,
             format_prompt=self.format_prompt,
             add_bos=self.add_bos,
             **kwargs,
@@ -117,7 +119,12 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         )
     task = build_task(config)
     tokenizer, model_config, graphdef, params = build_policy(config)
-    prompts = Prompts(tokenizer, config.task.max_prompt_len, *prompt_format(config, tokenizer))
+    prompts = Prompts(
+        tokenizer,
+        config.task.max_prompt_len,
+        config.task.get("max_answer_len", 32),
+        *prompt_format(config, tokenizer),
+    )
     params = shard_params(params, mesh)
     algorithm = build_algorithm(config, model_config.vocab_size)
     optimizer = build_optimizer(t)

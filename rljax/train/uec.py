@@ -31,6 +31,7 @@ from rljax.entropy.uec import (
 )
 from rljax.models.tokenizer import Tokenizer
 from rljax.rewards import score_completions
+from rljax.rollout.cuts import training_rollout_logprobs
 from rljax.rollout.sampler import Rollout
 from rljax.train.collect import Scorer, rollout_metrics, score_rollout
 
@@ -100,7 +101,9 @@ class UECDriver:
             "prompt_mask": np.asarray(out.prompt_mask),
             "completion_tokens": np.asarray(out.completion_tokens),
             "completion_mask": np.asarray(out.completion_mask),
-            "rollout_logprobs": np.asarray(out.sampling_logprobs),
+            "rollout_logprobs": np.asarray(
+                training_rollout_logprobs(out.sampling_logprobs, out.policy_logprobs, out.cuts_rows)
+            ),
             "rewards": np.asarray(rewards, np.float32),
             "sequence_advantage": advantages.astype(np.float32),
             "prompt_id": np.repeat(np.asarray(prompts["index"]) % 2**31, samples).astype(np.int32),

@@ -109,3 +109,16 @@ def test_deterministic_and_splits_disjoint():
 def test_bad_config_raises(kwargs):
     with pytest.raises(ValueError):
         GaussianMixtureTask(**kwargs)
+
+
+def test_crps_mode_scores_a_group_by_leave_one_out_credit():
+    # X = {1, 2}, y = 1.5: CRPS(X) = mean|x - y| - mean|x_i - x_j| / 2 = 0.5 - 0.25 = 0.25;
+    # without either sample CRPS = 0.5, so each gets credit 0.25; no number gets the penalty.
+    task = GaussianMixtureTask(reward_mode="crps", crps_penalty=-2.0)
+    answer = json.dumps({"weights": [1.0], "means": [0.0], "stds": [1.0], "y": 1.5})
+    got = task.group_rewards(["Y = 1", "2", "no idea"], answer)
+    np.testing.assert_allclose(got, [0.25, 0.25, -2.0])
+    distance = GaussianMixtureTask(reward_scale=2.0).group_rewards(["1", "x"], answer)
+    np.testing.assert_allclose(distance, [np.exp(-0.25), 0.0])
+    with pytest.raises(ValueError, match="reward_mode='mse'"):
+        GaussianMixtureTask(reward_mode="mse")

@@ -11,6 +11,7 @@ from rljax.models.tokenizer import ByteTokenizer
 from rljax.train.builders import (
     build_algorithm,
     build_policy,
+    build_rollout_config,
     build_rollout_weights,
     build_task,
     prompt_format,
@@ -148,3 +149,13 @@ def test_prompt_selection_checks_pool_size_and_uec():
     config.algorithm = {"name": "uec_rl"}
     with pytest.raises(ValueError, match="does not combine with UEC-RL"):
         validate_config(config)
+
+
+def test_cuts_settings_reach_the_sampler():
+    config = tiny_config()
+    config.rollout.update(cuts_top_k=4, cuts_fraction=0.25)
+    sampling = build_rollout_config(config, ByteTokenizer()).sampling
+    assert (sampling.cuts_top_k, sampling.cuts_fraction) == (4, 0.25)
+    config.rollout.cuts_fraction = 2.0
+    with pytest.raises(ValueError, match="cuts_fraction"):
+        build_rollout_config(config, ByteTokenizer())

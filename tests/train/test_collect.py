@@ -151,3 +151,40 @@ def test_scorer_from_config_runs_the_reward_on_a_pool_with_a_hard_timeout():
     assert time.perf_counter() - start < 45  # the hanging calls sleep 60 s
     np.testing.assert_array_equal(batch.rewards, [1, 0, 1, 0, 1, 0])
     assert metrics["reward/failures_timeout"] == 3
+
+
+def test_cuts_rows_train_on_the_policy_logprobs():
+    bind, _ = fake_rollout(lambda i, j, a: j == 0)
+    run = bind([0, 1])
+
+    def with_cuts(tokens, mask, attempt=0):
+        out = run(tokens, mask, attempt)
+        return out.replace(
+            policy_logprobs=np.full_like(out.policy_logprobs, -2.0),
+            cuts_rows=np.array([True, False, True, False]),
+        )
+
+    batch, _ = collect_batch(with_cuts, iter([prompts([0, 1])]), EchoTask(), TOKENIZER, G)
+    np.testing.assert_array_equal(batch.rollout_logprobs[:, 0], [-2.0, -0.5, -2.0, -0.5])
+
+
+class GroupTask(EchoTask):
+    """Scores a prompt's samples together: 10 + the rank of each completion in its group; the
+    second call raises, so the second prompt's group fails."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def group_rewards(self, completions, answer):
+        self.calls += 1
+        if self.calls == 2:
+            raise RuntimeError("boom")
+        return 10.0 + np.argsort(np.argsort(completions))
+
+
+def test_group_rewards_score_each_group_together_and_contain_failures():
+    bind, _ = fake_rollout(lambda i, j, a: j == 0)  # sample 0 answers "a", sample 1 "b"
+    data = iter([prompts([0, 1, 2])])
+    batch, metrics = collect_batch(bind([0, 1, 2]), data, GroupTask(), TOKENIZER, G)
+    np.testing.assert_array_equal(batch.rewards, [10, 11, 0, 0, 10, 11])
+    assert metrics["reward/failures_exception"] == 2

@@ -8,8 +8,11 @@ distribution-aware rewards such as CRPS over a group of numeric answers (arXiv 2
 which read `mixture(answer)` and `target(answer)`.
 
 The per-completion `reward` is exp(-|x - y| / reward_scale) for the completion's final number
-x (1.0 at x = y, decaying with the absolute error; 0.0 when no number is found). Train and
-test are disjoint: a fixed hash of the prompt text puts each mixture in one split.
+x (1.0 at x = y, decaying with the absolute error; 0.0 when no number is found). With
+reward_mode="crps" the driver scores each group of samples together (`group_rewards`): the
+group's numbers are an empirical predictive distribution, and each sample gets its
+leave-one-out CRPS credit (`rljax.rewards.crps.crps_credit`). Train and test are disjoint: a
+fixed hash of the prompt text puts each mixture in one split.
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ import math
 import numpy as np
 
 from rljax.data.tasks.split_hash import unit_hash
+from rljax.rewards.crps import crps_credit
 from rljax.rewards.math import final_number
 
 _SPLIT_IDS = {"train": 0, "test": 1}
 _MAX_DRAWS = 1000
 _MAX_COMPONENTS = 10
+REWARD_MODES = ("distance", "crps")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +44,9 @@ class GaussianMixtureTask:
       min_std, max_std: standard deviations are drawn uniformly from [min_std, max_std] and
         rounded to 2 decimals (at least 0.01).
       reward_scale: the error scale of `reward`, exp(-|x - y| / reward_scale).
+      reward_mode: how training rollouts are scored: "distance" (each sample by `reward`) or
+        "crps" (each group by `group_rewards`).
+      crps_penalty: the CRPS-mode reward of a sample with no number.
       seed: seeds generation of mixtures and targets; splits stay the same for every seed.
       test_fraction: share of mixtures (by prompt hash) held out for the test split.
       test_size: examples in the finite test split (train is unbounded).
@@ -53,6 +61,8 @@ class GaussianMixtureTask:
     min_std: float = 0.5
     max_std: float = 3.0
     reward_scale: float = 1.0
+    reward_mode: str = "distance"
+    crps_penalty: float = -1.0
     seed: int = 0
     test_fraction: float = 0.1
     test_size: int = 500
@@ -72,6 +82,8 @@ class GaussianMixtureTask:
             )
         if not self.reward_scale > 0:
             raise ValueError(f"reward_scale={self.reward_scale} must be positive")
+        if self.reward_mode not in REWARD_MODES:
+            raise ValueError(f"reward_mode={self.reward_mode!r} must be one of {REWARD_MODES}")
         if not 0.0 < self.test_fraction < 1.0:
             raise ValueError(f"test_fraction={self.test_fraction} must be strictly between 0 and 1")
         if self.seed < 0 or self.test_size < 1:
@@ -135,6 +147,18 @@ class GaussianMixtureTask:
         if x is None:
             return 0.0
         return math.exp(-abs(float(x) - self.target(answer)) / self.reward_scale)
+
+    def group_rewards(self, completions: list[str], answer: str) -> np.ndarray:
+        """Rewards [G] of one prompt's G samples, scored together.
+
+        "distance": `reward` of each sample. "crps": the samples' final numbers form an
+        empirical distribution X, and sample i gets CRPS(X_-i, y) - CRPS(X, y), its
+        leave-one-out credit (arXiv 2605.20740); a sample with no number gets `crps_penalty`.
+        """
+        if self.reward_mode == "distance":
+            return np.asarray([self.reward(c, answer) for c in completions], np.float64)
+        values = [final_number(c) for c in completions]
+        return crps_credit(values, self.target(answer), penalty=self.crps_penalty)
 
     def sft_target(self, answer: str) -> str:
         """The realised target to 2 decimals: a warm start on such draws teaches sampling."""
