@@ -87,10 +87,22 @@ def get_config() -> ConfigDict:
     # call scores 0 and is counted; timeout_s=0 is no limit.
     config.reward = ConfigDict(dict(workers=0, kind="thread", timeout_s=0.0))
 
-    # Which prompts each step trains on: "none" walks the shuffled train split; "heapa" picks
-    # them from a pool of the split's first pool_size prompts at the reward-median boundary
-    # (HeaPA), every prompt scored once first. The selector's state is checkpointed.
-    config.prompt_selection = ConfigDict(dict(name="none", pool_size=0, low_fraction=0.5))
+    # Which prompts each step trains on: "none" walks the shuffled train split. From a pool of
+    # the split's first pool_size prompts, "heapa" picks at the reward-median boundary (HeaPA,
+    # low_fraction), every prompt scored once first; "curriculum" samples by the task's
+    # difficulty levels and moves to the next level once the accuracy EMA (decay) of the
+    # current one reaches threshold (review: share of earlier levels). Checkpointed.
+    config.prompt_selection = ConfigDict(
+        dict(
+            name="none",
+            pool_size=0,
+            low_fraction=0.5,
+            threshold=0.7,
+            decay=0.9,
+            review=0.2,
+            min_updates=5,
+        )
+    )
 
     config.algorithm = ConfigDict(
         dict(

@@ -1,4 +1,5 @@
-"""Prompt batches chosen by a prompt selector (HeaPA) from a fixed pool, with resumable state.
+"""Prompt batches chosen by a prompt selector (HeaPA, a curriculum) from a fixed pool, with
+resumable state.
 
 The default pipeline (`prompt_batches`) walks a shuffled split. A selector instead picks each
 batch from a pool of prompts using what the rollouts said about them: `SelectedPromptBatches`
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 import grain
 import numpy as np
 
+from rljax.data.samplers.curriculum import AccuracyCurriculum, CurriculumSettings
 from rljax.data.samplers.heapa import HeaPAPool, HeaPASettings
 
 
@@ -77,6 +79,41 @@ class HeaPASelector:
 
     def load(self, state: dict[str, Any]) -> None:
         self.pool.load(state)
+
+
+class CurriculumSelector:
+    """The accuracy-gated curriculum (`rljax.data.samplers.curriculum`) as a prompt selector.
+
+    Levels are the ranks of the pool prompts' difficulties (`difficulties`, e.g. from the
+    task's `difficulty(index, split)`): the easiest difficulty is level 0. A prompt's accuracy
+    is the share of its samples with reward >= 1.
+    """
+
+    def __init__(self, difficulties, seed: int, settings: CurriculumSettings):
+        values = np.asarray(difficulties)
+        levels = np.searchsorted(np.unique(values), values)
+        self.curriculum = AccuracyCurriculum(settings, levels, seed)
+
+    def select(self, step: int, k: int) -> np.ndarray:
+        return self.curriculum.select(step, k)
+
+    def feedback(self, positions: np.ndarray, rewards: np.ndarray) -> None:
+        self.curriculum.update(positions, (np.asarray(rewards) >= 1.0).mean(axis=1))
+
+    def metrics(self) -> dict[str, float]:
+        """ "selection/frontier": the level being learned; "selection/frontier_accuracy": its
+        accuracy EMA."""
+        c = self.curriculum
+        return {
+            "selection/frontier": float(c.frontier),
+            "selection/frontier_accuracy": float(c.ema[c.frontier]),
+        }
+
+    def state(self) -> dict[str, Any]:
+        return self.curriculum.state()
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.curriculum.load(state)
 
 
 def _to_json(tree):

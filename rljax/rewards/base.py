@@ -15,7 +15,7 @@ import logging
 import math
 import numbers
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -33,11 +33,23 @@ FAILURE_REASONS = {
 
 _log = logging.getLogger(__name__)
 
+Outcome = tuple[float, str | None, str]
+"""(reward, failure kind or None, detail for the log) of one scored row."""
+
+
+def check_value(value: Any) -> Outcome:
+    """The outcome of one returned reward value: a real, finite number or a failure."""
+    if not isinstance(value, numbers.Real):
+        return 0.0, "wrong_type", f"got {type(value).__name__} {value!r:.80}"
+    if not math.isfinite(value):
+        return 0.0, "non_finite", f"got {value!r}"
+    return float(value), None, ""
+
 
 def score_one(
     reward_fn: RewardFn, prompt: str, completion: str, answer: str, timeout_s: float | None
-) -> tuple[float, str | None, str]:
-    """(reward, failure kind or None, detail for the log) of one call."""
+) -> Outcome:
+    """The outcome of one call."""
     start = time.perf_counter()
     try:
         value = reward_fn(prompt, completion, answer)
@@ -46,11 +58,29 @@ def score_one(
     elapsed = time.perf_counter() - start
     if timeout_s is not None and elapsed > timeout_s:
         return 0.0, "timeout", f"took {elapsed:.3g} s > timeout_s={timeout_s}"
-    if not isinstance(value, numbers.Real):
-        return 0.0, "wrong_type", f"got {type(value).__name__} {value!r:.80}"
-    if not math.isfinite(value):
-        return 0.0, "non_finite", f"got {value!r}"
-    return float(value), None, ""
+    return check_value(value)
+
+
+def tally_outcomes(outcomes: Sequence[Outcome]) -> tuple[np.ndarray, dict[str, int]]:
+    """Rewards [B] float32 and failure counts per kind of B row outcomes; logs one warning per
+    kind of failure (how many rows, and the first one's detail)."""
+    rewards = np.zeros(len(outcomes), np.float32)
+    failures = dict.fromkeys(FAILURE_KINDS, 0)
+    first: dict[str, str] = {}
+    for i, (reward, kind, detail) in enumerate(outcomes):
+        rewards[i] = reward
+        if kind is not None:
+            failures[kind] += 1
+            first.setdefault(kind, f"sample {i}: {detail}")
+    for kind, detail in first.items():
+        _log.warning(
+            "%s on %d of %d samples, which got reward 0 (first, %s)",
+            FAILURE_REASONS[kind],
+            failures[kind],
+            len(outcomes),
+            detail,
+        )
+    return rewards, failures
 
 
 def score_completions(
@@ -78,20 +108,6 @@ def score_completions(
         )
     if timeout_s is not None and timeout_s <= 0:
         raise ValueError(f"timeout_s={timeout_s} must be positive, or None for no limit")
-    rewards = np.zeros(len(prompts), np.float32)
-    failures = dict.fromkeys(FAILURE_KINDS, 0)
-    first: dict[str, str] = {}
-    for i, (prompt, completion, answer) in enumerate(zip(prompts, completions, answers)):
-        rewards[i], kind, detail = score_one(reward_fn, prompt, completion, answer, timeout_s)
-        if kind is not None:
-            failures[kind] += 1
-            first.setdefault(kind, f"sample {i}: {detail}")
-    for kind, detail in first.items():
-        _log.warning(
-            "%s on %d of %d samples, which got reward 0 (first, %s)",
-            FAILURE_REASONS[kind],
-            failures[kind],
-            len(prompts),
-            detail,
-        )
-    return rewards, failures
+    return tally_outcomes(
+        [score_one(reward_fn, *row, timeout_s) for row in zip(prompts, completions, answers)]
+    )

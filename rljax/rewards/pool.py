@@ -29,7 +29,6 @@ import logging
 import math
 import multiprocessing
 import multiprocessing.connection
-import numbers
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -37,23 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from rljax.rewards.base import FAILURE_KINDS, FAILURE_REASONS, RewardFn, score_one
+from rljax.rewards.base import Outcome, RewardFn, check_value, score_one, tally_outcomes
 
 BatchedRewardFn = Callable[[list[str], list[str], list[str]], Sequence[float]]
 """batch_fn(prompts, completions, answers) -> one reward per row."""
 
-Outcome = tuple[float, str | None, str]  # (reward, failure kind or None, detail), as score_one
-
 _log = logging.getLogger(__name__)
-
-
-def _check_value(value: Any) -> Outcome:
-    """The outcome of one returned reward value (the checks of `score_completions`)."""
-    if not isinstance(value, numbers.Real):
-        return 0.0, "wrong_type", f"got {type(value).__name__} {value!r:.80}"
-    if not math.isfinite(value):
-        return 0.0, "non_finite", f"got {value!r}"
-    return float(value), None, ""
 
 
 def _run_single(reward_fn: RewardFn, rows: list[tuple[str, str, str]]) -> list[Outcome]:
@@ -72,7 +60,7 @@ def _run_batched(batch_fn: BatchedRewardFn, rows: list[tuple[str, str, str]]) ->
         return [(0.0, "wrong_type", f"returned {len(values)} values for {len(rows)} rows")] * len(
             rows
         )
-    return [_check_value(v) for v in values]
+    return [check_value(v) for v in values]
 
 
 def _serve(run: Callable[[list], list[Outcome]], conn: multiprocessing.connection.Connection):
@@ -229,20 +217,4 @@ def score_completions_parallel(
         for chunk in _run_chunks(run, chunks, timeout_s, max_workers, kind, context)
         for o in chunk
     ]
-    rewards = np.zeros(b, np.float32)
-    failures = dict.fromkeys(FAILURE_KINDS, 0)
-    first: dict[str, str] = {}
-    for i, (reward, failure, detail) in enumerate(outcomes):
-        rewards[i] = reward
-        if failure is not None:
-            failures[failure] += 1
-            first.setdefault(failure, f"sample {i}: {detail}")
-    for failure, detail in first.items():
-        _log.warning(
-            "%s on %d of %d samples, which got reward 0 (first, %s)",
-            FAILURE_REASONS[failure],
-            failures[failure],
-            b,
-            detail,
-        )
-    return rewards, failures
+    return tally_outcomes(outcomes)

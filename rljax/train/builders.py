@@ -44,7 +44,7 @@ ALGORITHMS = {name: getattr(algorithms, name) for name in algorithms.__all__ if 
 FETCHABLE = ("smollm2",)
 _TASK_RUN_KEYS = ("name", "max_prompt_len", "max_answer_len", "eval_size", "chat_template")
 # Prompt selectors by `prompt_selection.name` (rljax.data.selected); "none" walks the split.
-PROMPT_SELECTORS = ("heapa",)
+PROMPT_SELECTORS = ("heapa", "curriculum")
 # Rollout/trainer mismatch corrections by `rollout_correction.name` (rljax.quant.mismatch).
 ROLLOUT_CORRECTIONS: dict[str, Callable[..., Transform]] = {
     "tis": truncated_is,

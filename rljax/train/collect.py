@@ -14,7 +14,6 @@ algorithm needs are met here because they need more generation than one rollout:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,11 +25,10 @@ from rljax.core.batch import Batch, make_batch
 from rljax.data import decode_answers, decode_prompts
 from rljax.data.tasks import Task
 from rljax.models.tokenizer import Tokenizer
-from rljax.rewards import FAILURE_KINDS, score_completions
+from rljax.rewards import score_completions
+from rljax.rewards.base import Outcome, check_value, tally_outcomes
 from rljax.rollout.cuts import training_rollout_logprobs
 from rljax.rollout.sampler import Rollout
-
-_log = logging.getLogger(__name__)
 
 # (prompt_tokens [N, P], prompt_mask [N, P], attempt) -> Rollout of N * n_samples rows.
 RolloutFn = Callable[[jax.Array, jax.Array, int], Rollout]
@@ -82,34 +80,22 @@ def score_groups(
     A call that raises, or returns anything but g finite numbers, gives its whole group 0 and
     counts g failures of that kind (as `score_completions` does per completion).
     """
-    rewards = np.zeros(len(texts), np.float32)
-    failures = dict.fromkeys(FAILURE_KINDS, 0)
-    first: dict[str, str] = {}
+    outcomes: list[Outcome] = []
     for i, answer in enumerate(answers):
-        group = slice(i * g, (i + 1) * g)
         try:
-            values = np.asarray(group_rewards(texts[group], answer), np.float64)
+            values = list(group_rewards(texts[i * g : (i + 1) * g], answer))
         except Exception as err:  # contained by design, like score_completions
-            kind, detail = "exception", repr(err)
-        else:
-            if values.shape != (g,):
-                kind, detail = "wrong_type", f"shape {values.shape}, expected ({g},)"
-            elif not np.isfinite(values).all():
-                kind, detail = "non_finite", f"got {values.tolist()!r:.80}"
-            else:
-                rewards[group] = values
-                continue
-        failures[kind] += g
-        first.setdefault(kind, f"prompt {i}: {detail}")
-    for kind, detail in first.items():
-        _log.warning(
-            "group_rewards failed (%s) on %d of %d samples, which got reward 0 (first, %s)",
-            kind,
-            failures[kind],
-            len(texts),
-            detail,
-        )
-    return rewards, failures
+            outcomes += [(0.0, "exception", f"prompt {i}: {err!r}")] * g
+            continue
+        if len(values) != g:
+            outcomes += [(0.0, "wrong_type", f"prompt {i}: {len(values)} rewards, not {g}")] * g
+            continue
+        group = [check_value(v) for v in values]
+        if any(kind is not None for _, kind, _ in group):
+            kind, detail = next((k, d) for _, k, d in group if k is not None)
+            group = [(0.0, kind, f"prompt {i}: {detail}")] * g
+        outcomes += group
+    return tally_outcomes(outcomes)
 
 
 def informative_groups(rewards: np.ndarray, group_size: int) -> np.ndarray:

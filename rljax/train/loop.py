@@ -26,7 +26,8 @@ from ml_collections import ConfigDict
 from tqdm.auto import tqdm
 
 from rljax.data import decode_answers, prompt_batches, prompt_dataset, sft_dataset
-from rljax.data.selected import HeaPASelector, SelectedPromptBatches
+from rljax.data.samplers.curriculum import CurriculumSettings
+from rljax.data.selected import CurriculumSelector, HeaPASelector, SelectedPromptBatches
 from rljax.data.tasks import Task
 from rljax.metrics.writers import MetricsWriter
 from rljax.models.tokenizer import Tokenizer
@@ -270,7 +271,8 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
 
 def _train_prompts(config: ConfigDict, task: Task, prompts: Prompts):
     """The training prompt batches: the shuffled split, or a `prompt_selection` selector's
-    picks from a pool of the split's first `prompt_selection.pool_size` prompts."""
+    picks (HeaPA, or the curriculum over the task's difficulty levels) from a pool of the
+    split's first `prompt_selection.pool_size` prompts."""
     batch_size = config.train.prompts_per_step
     selection = config.get("prompt_selection")
     if selection is None or selection.name == "none":
@@ -283,7 +285,19 @@ def _train_prompts(config: ConfigDict, task: Task, prompts: Prompts):
             "prompt_selection.pool_size to the number of prompts the selector chooses from"
         )
     pool = prompts.dataset(task, "train", seed=None, num_examples=pool_size)
-    selector = HeaPASelector(len(pool), config.seed, selection.get("low_fraction", 0.5))
+    if selection.name == "heapa":
+        selector = HeaPASelector(len(pool), config.seed, selection.get("low_fraction", 0.5))
+    else:
+        if not hasattr(task, "difficulty"):
+            raise ValueError(
+                f"prompt_selection.name='curriculum' needs a task with difficulty levels; "
+                f"task {config.task.name!r} has no difficulty(index, split)"
+            )
+        indices = [int(pool[i]["index"]) for i in range(len(pool))]
+        difficulties = [task.difficulty(i, "train") for i in indices]
+        keys = ("threshold", "decay", "review", "min_updates")
+        settings = CurriculumSettings(**{k: selection[k] for k in keys if k in selection})
+        selector = CurriculumSelector(difficulties, config.seed, settings)
     return SelectedPromptBatches(pool, selector, batch_size)
 
 

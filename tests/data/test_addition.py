@@ -113,3 +113,13 @@ def test_reward_is_exact_match_after_strip():
 def test_bad_config_raises(kwargs):
     with pytest.raises(ValueError):
         AdditionTask(**kwargs)
+
+
+def test_difficulty_is_the_longer_operands_digit_count():
+    task = AdditionTask(min_digits=1, max_digits=3)
+    seen = set()
+    for i in range(40):
+        a, b = task.example(i, "train")["prompt"].rstrip("=").split("+")
+        assert task.difficulty(i, "train") == max(len(str(int(a))), len(str(int(b))))
+        seen.add(task.difficulty(i, "train"))
+    assert seen == {1, 2, 3}

@@ -1,4 +1,5 @@
-"""SelectedPromptBatches: prompts picked by a selector (HeaPA), rewards fed back, exact resume."""
+"""SelectedPromptBatches: prompts picked by a selector (HeaPA, the curriculum), rewards fed
+back, exact resume."""
 
 import json
 
@@ -6,7 +7,8 @@ import numpy as np
 import pytest
 
 from rljax.data import AdditionTask, prompt_dataset
-from rljax.data.selected import HeaPASelector, SelectedPromptBatches
+from rljax.data.samplers.curriculum import CurriculumSettings
+from rljax.data.selected import CurriculumSelector, HeaPASelector, SelectedPromptBatches
 from rljax.models.tokenizer import ByteTokenizer
 
 POOL, K, G = 16, 4, 2
@@ -71,3 +73,23 @@ def test_a_pool_smaller_than_a_batch_is_named():
     it = SelectedPromptBatches(DATASET, HeaPASelector(3, 0), K)
     with pytest.raises(ValueError, match="raise prompt_selection.pool_size"):
         next(it)
+
+
+def test_curriculum_selects_the_frontier_level_and_advances_on_accuracy():
+    difficulty = np.array([AdditionTask().difficulty(i, "train") for i in range(POOL)])
+    levels = np.searchsorted(np.unique(difficulty), difficulty)
+    settings = CurriculumSettings(threshold=0.5, decay=0.0, review=0.25, min_updates=1)
+    it = SelectedPromptBatches(DATASET, CurriculumSelector(difficulty, 0, settings), K)
+    batch = next(it)
+    assert (levels[batch["position"]] == 0).all()  # frontier 0, nothing below it to review
+    assert it.metrics()["selection/frontier"] == 0
+    it.feedback(batch, np.ones((K, G)))  # all correct: the EMA (decay 0) reaches 1 >= 0.5
+    assert it.metrics() == {"selection/frontier": 1.0, "selection/frontier_accuracy": 0.0}
+    picked = np.concatenate([next(it)["position"] for _ in range(50)])
+    share = np.bincount(levels[picked], minlength=levels.max() + 1) / len(picked)
+    np.testing.assert_allclose(share[:2], [0.25, 0.75], atol=0.08)  # review share, frontier
+    state = json.loads(json.dumps(it.get_state()))
+    want = next(it)["position"]
+    fresh = SelectedPromptBatches(DATASET, CurriculumSelector(difficulty, 0, settings), K)
+    fresh.set_state(state)
+    np.testing.assert_array_equal(next(fresh)["position"], want)

@@ -36,6 +36,11 @@ class Task(Protocol):
         ...
 
 
+# Optional task methods the driver uses when present:
+#   difficulty(index, split) -> int: a difficulty level, for `prompt_selection.name=curriculum`;
+#   group_rewards(completions, answer) -> [G] rewards: scores a prompt's samples together.
+
+
 _TASKS: dict[str, type] = {
     "addition": AdditionTask,
     "countdown": CountdownTask,

@@ -16,9 +16,9 @@ import dataclasses
 
 import numpy as np
 
+from rljax.data.tasks.generated import GeneratedSplits
 from rljax.data.tasks.split_hash import unit_hash
 
-_SPLIT_IDS = {"train": 0, "test": 1}
 # Rejection draws per example before a split is declared (nearly) empty; at test_fraction=0.1
 # a draw lands in test with probability ~0.1, so 1000 misses do not happen by chance.
 _MAX_DRAWS = 1000
@@ -26,7 +26,7 @@ _MAX_SUPPORTED_DIGITS = 18  # 10**18 < 2**63: operands stay within numpy's int64
 
 
 @dataclasses.dataclass(frozen=True)
-class AdditionTask:
+class AdditionTask(GeneratedSplits):
     """Prompts "a+b=" with answer str(a + b); reward 1.0 only for the exact sum.
 
     Attributes:
@@ -42,25 +42,13 @@ class AdditionTask:
     test_fraction: float = 0.1
     test_size: int = 1000
 
-    splits = ("train", "test")
-
     def __post_init__(self):
         if not 1 <= self.min_digits <= self.max_digits <= _MAX_SUPPORTED_DIGITS:
             raise ValueError(
                 f"min_digits={self.min_digits}, max_digits={self.max_digits}: need "
                 f"1 <= min_digits <= max_digits <= {_MAX_SUPPORTED_DIGITS}"
             )
-        if not 0.0 < self.test_fraction < 1.0:
-            raise ValueError(f"test_fraction={self.test_fraction} must be strictly between 0 and 1")
-        if self.seed < 0:
-            raise ValueError(f"seed={self.seed} must be non-negative (numpy seeds need it)")
-        if self.test_size < 1:
-            raise ValueError(f"test_size={self.test_size} must be at least 1")
-
-    def split_size(self, split: str) -> int | None:
-        """Examples in `split`: None for the unbounded train split, `test_size` for test."""
-        self._split_id(split)
-        return None if split == "train" else self.test_size
+        self.check_split_settings()
 
     def in_test_split(self, a: int, b: int) -> bool:
         """Whether the problem a+b (equivalently b+a) belongs to the test split."""
@@ -72,10 +60,7 @@ class AdditionTask:
         Deterministic in (seed, split, index). Operand pairs of the other split are rejected
         and redrawn, so a split may repeat a problem but never shares one with the other split.
         """
-        split_id = self._split_id(split)
-        if index < 0:
-            raise ValueError(f"index={index} must be non-negative")
-        rng = np.random.default_rng([self.seed, split_id, index])
+        rng = self.example_rng(index, split)
         want_test = split == "test"
         for _ in range(_MAX_DRAWS):
             a, b = self._operand(rng), self._operand(rng)
@@ -85,6 +70,11 @@ class AdditionTask:
             f"no {split} problem found in {_MAX_DRAWS} draws for {self}: the {split} split is "
             "(nearly) empty; widen the digit range or move test_fraction away from 0/1"
         )
+
+    def difficulty(self, index: int, split: str) -> int:
+        """The number of digits of the longer operand (a curriculum level)."""
+        a, b = self.example(index, split)["prompt"].rstrip("=").split("+")
+        return max(len(a), len(b))
 
     def reward(self, completion: str, answer: str) -> float:
         """1.0 if the whole completion, stripped of surrounding whitespace, equals the answer."""
@@ -98,8 +88,3 @@ class AdditionTask:
         digits = int(rng.integers(self.min_digits, self.max_digits + 1))
         low = 0 if digits == 1 else 10 ** (digits - 1)
         return int(rng.integers(low, 10**digits))
-
-    def _split_id(self, split: str) -> int:
-        if split not in _SPLIT_IDS:
-            raise ValueError(f"split={split!r} is not one of {self.splits}")
-        return _SPLIT_IDS[split]

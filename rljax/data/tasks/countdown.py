@@ -23,9 +23,9 @@ from fractions import Fraction
 
 import numpy as np
 
+from rljax.data.tasks.generated import GeneratedSplits
 from rljax.data.tasks.split_hash import unit_hash
 
-_SPLIT_IDS = {"train": 0, "test": 1}
 _MAX_DRAWS = 1000
 _MAX_NUMBERS = 8
 _MAX_NESTING = 32  # deeper parentheses are rejected before they can exhaust the stack
@@ -167,7 +167,7 @@ def _render(tree: _Leaf | _Node) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class CountdownTask:
+class CountdownTask(GeneratedSplits):
     """Reach a target with + - * / over given numbers, each used at most (or exactly) once.
 
     Attributes:
@@ -190,8 +190,6 @@ class CountdownTask:
     test_fraction: float = 0.1
     test_size: int = 500
 
-    splits = ("train", "test")
-
     def __post_init__(self):
         if not 2 <= self.num_numbers <= _MAX_NUMBERS:
             raise ValueError(f"num_numbers={self.num_numbers} must be in [2, {_MAX_NUMBERS}]")
@@ -199,15 +197,7 @@ class CountdownTask:
             raise ValueError(f"max_number={self.max_number} must be at least 2")
         if not 0.0 <= self.format_reward < 1.0:
             raise ValueError(f"format_reward={self.format_reward} must be in [0, 1)")
-        if not 0.0 < self.test_fraction < 1.0:
-            raise ValueError(f"test_fraction={self.test_fraction} must be strictly between 0 and 1")
-        if self.seed < 0 or self.test_size < 1:
-            raise ValueError(f"seed={self.seed} must be >= 0 and test_size={self.test_size} >= 1")
-
-    def split_size(self, split: str) -> int | None:
-        """None for the unbounded train split, `test_size` for test."""
-        self._split_id(split)
-        return None if split == "train" else self.test_size
+        self.check_split_settings()
 
     def in_test_split(self, target: int, numbers: list[int]) -> bool:
         """Whether the instance (target, numbers in any order) belongs to the test split."""
@@ -215,10 +205,7 @@ class CountdownTask:
 
     def example(self, index: int, split: str) -> dict[str, str]:
         """dict(prompt=instructions, answer=JSON of target, numbers, use_all and a solution)."""
-        split_id = self._split_id(split)
-        if index < 0:
-            raise ValueError(f"index={index} must be non-negative")
-        rng = np.random.default_rng([self.seed, split_id, index])
+        rng = self.example_rng(index, split)
         for _ in range(_MAX_DRAWS):
             numbers = [int(x) for x in rng.integers(1, self.max_number + 1, self.num_numbers)]
             tree = self._random_expression(rng, numbers)
@@ -280,8 +267,3 @@ class CountdownTask:
             node = _Node(ops[int(rng.integers(len(ops)))], a, b)
             pool = [t for k, t in enumerate(pool) if k not in (i, j)] + [node]
         return pool[0]
-
-    def _split_id(self, split: str) -> int:
-        if split not in _SPLIT_IDS:
-            raise ValueError(f"split={split!r} is not one of {self.splits}")
-        return _SPLIT_IDS[split]

@@ -23,18 +23,18 @@ import math
 
 import numpy as np
 
+from rljax.data.tasks.generated import GeneratedSplits
 from rljax.data.tasks.split_hash import unit_hash
 from rljax.rewards.crps import crps_credit
 from rljax.rewards.math import final_number
 
-_SPLIT_IDS = {"train": 0, "test": 1}
 _MAX_DRAWS = 1000
 _MAX_COMPONENTS = 10
 REWARD_MODES = ("distance", "crps")
 
 
 @dataclasses.dataclass(frozen=True)
-class GaussianMixtureTask:
+class GaussianMixtureTask(GeneratedSplits):
     """Predict Y ~ sum_k w_k N(mu_k, sigma_k^2) from its stated parameters.
 
     Attributes:
@@ -67,8 +67,6 @@ class GaussianMixtureTask:
     test_fraction: float = 0.1
     test_size: int = 500
 
-    splits = ("train", "test")
-
     def __post_init__(self):
         if not 1 <= self.num_components <= _MAX_COMPONENTS:
             raise ValueError(
@@ -84,15 +82,7 @@ class GaussianMixtureTask:
             raise ValueError(f"reward_scale={self.reward_scale} must be positive")
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode={self.reward_mode!r} must be one of {REWARD_MODES}")
-        if not 0.0 < self.test_fraction < 1.0:
-            raise ValueError(f"test_fraction={self.test_fraction} must be strictly between 0 and 1")
-        if self.seed < 0 or self.test_size < 1:
-            raise ValueError(f"seed={self.seed} must be >= 0 and test_size={self.test_size} >= 1")
-
-    def split_size(self, split: str) -> int | None:
-        """None for the unbounded train split, `test_size` for test."""
-        self._split_id(split)
-        return None if split == "train" else self.test_size
+        self.check_split_settings()
 
     def in_test_split(self, prompt: str) -> bool:
         """Whether the mixture with this prompt text belongs to the test split."""
@@ -100,10 +90,7 @@ class GaussianMixtureTask:
 
     def example(self, index: int, split: str) -> dict[str, str]:
         """dict(prompt=mixture in words, answer=JSON {weights, means, stds, y})."""
-        split_id = self._split_id(split)
-        if index < 0:
-            raise ValueError(f"index={index} must be non-negative")
-        rng = np.random.default_rng([self.seed, split_id, index])
+        rng = self.example_rng(index, split)
         k = self.num_components
         for _ in range(_MAX_DRAWS):
             percents = 1 + rng.multinomial(100 - k, rng.dirichlet(np.ones(k)))
@@ -163,8 +150,3 @@ class GaussianMixtureTask:
     def sft_target(self, answer: str) -> str:
         """The realised target to 2 decimals: a warm start on such draws teaches sampling."""
         return f"{self.target(answer):.2f}"
-
-    def _split_id(self, split: str) -> int:
-        if split not in _SPLIT_IDS:
-            raise ValueError(f"split={split!r} is not one of {self.splits}")
-        return _SPLIT_IDS[split]

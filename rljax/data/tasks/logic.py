@@ -42,10 +42,10 @@ from typing import Iterable
 
 import numpy as np
 
+from rljax.data.tasks.generated import GeneratedSplits
 from rljax.data.tasks.split_hash import unit_hash
 
 LEVELS = ("implication", "conjunction", "disjunction", "negation", "forall")
-_SPLIT_IDS = {"train": 0, "test": 1}
 _MAX_DRAWS = 1000
 _MAX_DEPTH = 20
 _MAX_DISTRACTORS = 20
@@ -116,7 +116,7 @@ class _Builder:
 
 
 @dataclasses.dataclass(frozen=True)
-class LogicTask:
+class LogicTask(GeneratedSplits):
     """Is a statement provable from facts and rules? Knobs: proof depth and logic level.
 
     Attributes:
@@ -139,8 +139,6 @@ class LogicTask:
     test_fraction: float = 0.1
     test_size: int = 500
 
-    splits = ("train", "test")
-
     def __post_init__(self):
         if not 1 <= self.depth <= _MAX_DEPTH:
             raise ValueError(f"depth={self.depth} must be in [1, {_MAX_DEPTH}]")
@@ -152,15 +150,7 @@ class LogicTask:
             )
         if not 1 <= self.num_entities <= len(_NAMES):
             raise ValueError(f"num_entities={self.num_entities} must be in [1, {len(_NAMES)}]")
-        if not 0.0 < self.test_fraction < 1.0:
-            raise ValueError(f"test_fraction={self.test_fraction} must be strictly between 0 and 1")
-        if self.seed < 0 or self.test_size < 1:
-            raise ValueError(f"seed={self.seed} must be >= 0 and test_size={self.test_size} >= 1")
-
-    def split_size(self, split: str) -> int | None:
-        """None for the unbounded train split, `test_size` for test."""
-        self._split_id(split)
-        return None if split == "train" else self.test_size
+        self.check_split_settings()
 
     def in_test_split(self, prompt: str) -> bool:
         """Whether the problem with this prompt text belongs to the test split."""
@@ -168,10 +158,7 @@ class LogicTask:
 
     def example(self, index: int, split: str) -> dict[str, str]:
         """dict(prompt=facts, rules and question, answer="True" or "False")."""
-        split_id = self._split_id(split)
-        if index < 0:
-            raise ValueError(f"index={index} must be non-negative")
-        rng = np.random.default_rng([self.seed, split_id, index])
+        rng = self.example_rng(index, split)
         for _ in range(_MAX_DRAWS):
             label = bool(rng.random() < 0.5)
             theory, num_predicates = self._theory(rng, label)
@@ -314,8 +301,3 @@ class LogicTask:
             + literal(names[0], theory.query)
             + "? Answer True or False."
         )
-
-    def _split_id(self, split: str) -> int:
-        if split not in _SPLIT_IDS:
-            raise ValueError(f"split={split!r} is not one of {self.splits}")
-        return _SPLIT_IDS[split]

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
+from rljax.data.tasks.generated import GeneratedSplits
 from rljax.data.tasks.split_hash import unit_hash
 from rljax.rewards.math import numeric_match_reward
 
-_SPLIT_IDS = {"train": 0, "test": 1}
 _MAX_DRAWS = 1000
 _NAMES = ("Tom", "Mia", "Ali", "Sara", "Ben", "Lena", "Omar", "Yuki", "Ivan", "Nora")
 _ITEMS = ("apples", "books", "marbles", "pencils", "stickers", "coins", "cookies", "cards")
@@ -47,7 +45,7 @@ _INSTRUCTION = " Give the final answer as a number."
 
 
 @dataclasses.dataclass(frozen=True)
-class WordProblemTask:
+class WordProblemTask(GeneratedSplits):
     """One- and two-step arithmetic stories with integer answers.
 
     Attributes:
@@ -62,20 +60,10 @@ class WordProblemTask:
     test_fraction: float = 0.1
     test_size: int = 500
 
-    splits = ("train", "test")
-
     def __post_init__(self):
         if self.max_value < 2:
             raise ValueError(f"max_value={self.max_value} must be at least 2")
-        if not 0.0 < self.test_fraction < 1.0:
-            raise ValueError(f"test_fraction={self.test_fraction} must be strictly between 0 and 1")
-        if self.seed < 0 or self.test_size < 1:
-            raise ValueError(f"seed={self.seed} must be >= 0 and test_size={self.test_size} >= 1")
-
-    def split_size(self, split: str) -> int | None:
-        """None for the unbounded train split, `test_size` for test."""
-        self._split_id(split)
-        return None if split == "train" else self.test_size
+        self.check_split_settings()
 
     def in_test_split(self, template: int, operands: tuple[int, int, int]) -> bool:
         """Whether the problem (template, operands) belongs to the test split."""
@@ -83,10 +71,7 @@ class WordProblemTask:
 
     def example(self, index: int, split: str) -> dict[str, str]:
         """dict(prompt=story + instruction, answer=str(integer)), deterministic in the index."""
-        split_id = self._split_id(split)
-        if index < 0:
-            raise ValueError(f"index={index} must be non-negative")
-        rng = np.random.default_rng([self.seed, split_id, index])
+        rng = self.example_rng(index, split)
         for _ in range(_MAX_DRAWS):
             template = int(rng.integers(len(_TEMPLATES)))
             text, solve, arity = _TEMPLATES[template]
@@ -112,8 +97,3 @@ class WordProblemTask:
     def sft_target(self, answer: str) -> str:
         """A supervised warm start teaches the bare number."""
         return answer
-
-    def _split_id(self, split: str) -> int:
-        if split not in _SPLIT_IDS:
-            raise ValueError(f"split={split!r} is not one of {self.splits}")
-        return _SPLIT_IDS[split]
