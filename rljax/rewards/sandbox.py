@@ -11,8 +11,9 @@ Hard (enforced by the kernel, user code cannot lift them):
   - a fresh interpreter, `python -I -S` (no site-packages, no PYTHON* variables, no user site), in
     a fresh temporary directory that is its cwd and HOME and is deleted afterwards, with a minimal
     environment (PATH, LC_ALL, HOME);
-  - rlimits set before exec: RLIMIT_AS (memory_mb), RLIMIT_CPU (cpu_s), RLIMIT_FSIZE (files
-    written are capped at `FILE_SIZE_BYTES`; larger writes fail with EFBIG), RLIMIT_CORE = 0,
+  - rlimits set by the child itself before the program is read: RLIMIT_AS (memory_mb),
+    RLIMIT_CPU (cpu_s), RLIMIT_FSIZE (files written are capped at `FILE_SIZE_BYTES`; larger
+    writes fail with EFBIG), RLIMIT_CORE = 0,
     RLIMIT_NOFILE = `MAX_OPEN_FILES`, and RLIMIT_NPROC = (processes this user has now) +
     `NPROC_MARGIN` — the kernel counts NPROC over all processes of the user, hence the count.
     The kernel exempts root from RLIMIT_NPROC, so when the trainer runs as root fork bombs are
@@ -22,16 +23,17 @@ Hard (enforced by the kernel, user code cannot lift them):
     killed too (found through /proc), so nothing the program forked outlives the call;
   - output read incrementally from the pipes with a cap: past `max_output_bytes` (stdout and
     stderr together) the group is killed, so a huge print costs at most the cap in memory;
-  - no network, when the kernel allows it: the child calls unshare(CLONE_NEWNET) (as root) or
-    unshare(CLONE_NEWUSER | CLONE_NEWNET) with an identity uid/gid map (unprivileged user
-    namespaces) before exec, so it sees only a loopback interface that is down. If unshare fails,
+  - no network, when the kernel allows it: the child first calls unshare(CLONE_NEWNET) (as
+    root) or unshare(CLONE_NEWUSER | CLONE_NEWNET) with an identity uid/gid map (unprivileged
+    user namespaces), so it sees only a loopback interface that is down. If unshare fails,
     the run goes on without it; `network_namespace_available()` says which case holds.
 
 Best-effort (in-process, Python level; code that reaches raw syscalls, e.g. through a C
 extension, gets past them):
   - a `sys.addaudithook` guard installed before the user code runs. It raises PermissionError on:
     creating, connecting or binding sockets; os.system / exec* / spawn* / fork / forkpty /
-    posix_spawn / subprocess.Popen / os.kill; ctypes (import of ctypes/_ctypes, dlopen, dlsym,
+    posix_spawn / subprocess.Popen / os.kill; resource.setrlimit / prlimit (as root the program
+    could otherwise raise its own limits again); ctypes (import of ctypes/_ctypes, dlopen, dlsym,
     raw memory) and import of _posixsubprocess (the unaudited fork-exec); opening a file for
     writing, and removing, renaming, creating or chmod-ing paths, outside the temporary
     directory (paths resolved with realpath, so ../ and symlinks do not escape it). Reads are
@@ -41,18 +43,18 @@ Not done: no PID or mount namespace, no seccomp, no cgroups, no dropping root (t
 may live where an unprivileged uid cannot read it). Run the trainer as a non-root user, or in a
 container, for the NPROC limit and file permissions to be hard as well.
 
-The limits are set in `preexec_fn`, which CPython documents as unsafe when the parent has
-threads: the function only calls modules and ctypes handles imported before the fork and
-allocates nothing large, which keeps the window small, but a deadlock in the child before exec
-is not ruled out; the wall-clock timeout still kills it.
+Namespaces and limits are applied by the child's prelude, not by a `preexec_fn`: the trainer
+is multithreaded (JAX, reward pools), and CPython documents `preexec_fn` as unsafe (it can
+deadlock the child) when the parent has threads. The child is a fresh single-threaded
+interpreter, where unshare and setrlimit are safe, and it applies them before it reads the
+program. Parent-side, only `start_new_session` is used, which runs in C.
 """
 
 from __future__ import annotations
 
-import ctypes
+import json
 import math
 import os
-import resource
 import selectors
 import shutil
 import signal
@@ -72,18 +74,47 @@ MAX_STDIN_BYTES = 32_768
 NPROC_MARGIN = 8
 """How many processes (and threads) beyond those the user has at spawn time the program may add."""
 
-_CLONE_NEWUSER = 0x10000000
-_CLONE_NEWNET = 0x40000000
-_LIBC = ctypes.CDLL(None, use_errno=True)
 _PRELUDE_NAME = "_sandbox_prelude.py"
 _SOURCE_NAME = "main.py"
 _READ_CHUNK = 1 << 16
 
-# Runs in the child before the user's program: reads main.py, installs the audit guard, and
-# executes main.py as __main__. Kept as text because it runs in another interpreter.
+# Enters a new network namespace (as root, or through a new user namespace with an identity
+# uid/gid map); silently keeps the old one when the kernel refuses. Child-side text.
+_UNSHARE = r"""
+def _unshare_network():
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.getuid(), os.getgid()
+    if uid == 0:
+        libc.unshare(0x40000000)  # CLONE_NEWNET
+    elif libc.unshare(0x10000000 | 0x40000000) == 0:  # CLONE_NEWUSER | CLONE_NEWNET
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                           ("gid_map", f"{gid} {gid} 1")):
+            try:
+                fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+                os.write(fd, text.encode())
+                os.close(fd)
+            except OSError:
+                pass
+    # Forget ctypes, so that the guard's import block applies to the program.
+    sys.modules.pop("ctypes", None)
+    sys.modules.pop("_ctypes", None)
+"""
+
+# Runs in the child before the user's program: enters the network namespace, sets the rlimits
+# (argv[1], JSON), reads main.py, installs the audit guard, and executes main.py as __main__.
+# Kept as text because it runs in another interpreter.
 _PRELUDE = (
     r"""
-import os, sys
+import json, os, resource, sys
+"""
+    + _UNSHARE
+    + r"""
+def _limits(spec):
+    if spec["netns"]:
+        _unshare_network()
+    for name, soft, hard in spec["rlimits"]:
+        resource.setrlimit(getattr(resource, name), (soft, hard))
 
 def _guard(root):
     deny = frozenset((
@@ -92,6 +123,7 @@ def _guard(root):
         "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "ctypes.dlopen",
         "ctypes.dlsym", "ctypes.cdata", "ctypes.addressof", "ctypes.string_at",
         "ctypes.wstring_at", "ctypes.call_function", "ctypes.seh_exception",
+        "resource.setrlimit", "resource.prlimit",
     ))
     deny_imports = frozenset(("ctypes", "_ctypes", "_posixsubprocess"))
     path_events = {
@@ -132,6 +164,7 @@ def _guard(root):
     sys.addaudithook(hook)
 
 def _main():
+    _limits(json.loads(sys.argv[1]))
     root = os.path.realpath(os.getcwd())
     with open("""
     + repr(_SOURCE_NAME)
@@ -214,56 +247,34 @@ def _kill_session(pid: int) -> None:
             pass
 
 
-def _unshare_network(uid: int, gid: int) -> None:
-    """Move the calling (child) process into a new network namespace; silently keep the old
-    one when the kernel refuses."""
-    if uid == 0:
-        _LIBC.unshare(_CLONE_NEWNET)
-        return
-    if _LIBC.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
-        return
-    # Map our own ids into the new user namespace, so files keep their owner.
-    for name, text in (
-        ("setgroups", "deny"),
-        ("uid_map", f"{uid} {uid} 1"),
-        ("gid_map", f"{gid} {gid} 1"),
-    ):
-        try:
-            fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
-            os.write(fd, text.encode())
-            os.close(fd)
-        except OSError:
-            pass
-
-
-def _limits(memory_mb: int, cpu_s: int, nproc: int | None, netns: bool, uid: int, gid: int):
-    """The preexec_fn: namespaces first (they may need privileges), then rlimits."""
-
-    def apply() -> None:
-        if netns:
-            _unshare_network(uid, gid)
-        memory = memory_mb << 20
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_BYTES, FILE_SIZE_BYTES))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_OPEN_FILES, MAX_OPEN_FILES))
-        if nproc is not None:
-            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-
-    return apply
+def _rlimits(memory_mb: int, cpu_s: int, nproc: int | None) -> list[tuple[str, int, int]]:
+    """(resource name, soft, hard) for the child's prelude to set."""
+    memory = memory_mb << 20
+    limits = [
+        ("RLIMIT_AS", memory, memory),
+        ("RLIMIT_CPU", cpu_s, cpu_s + 1),
+        ("RLIMIT_FSIZE", FILE_SIZE_BYTES, FILE_SIZE_BYTES),
+        ("RLIMIT_CORE", 0, 0),
+        ("RLIMIT_NOFILE", MAX_OPEN_FILES, MAX_OPEN_FILES),
+    ]
+    if nproc is not None:
+        limits.append(("RLIMIT_NPROC", nproc, nproc))
+    return limits
 
 
 @lru_cache(maxsize=None)
 def network_namespace_available() -> bool:
     """Whether a child of this process can enter a new network namespace (checked once)."""
-    uid, gid = os.getuid(), os.getgid()
-    probe = "import os; os._exit(0 if os.readlink('/proc/self/ns/net') != %r else 1)"
     try:
         here = os.readlink("/proc/self/ns/net")
+        probe = (
+            "import os, sys\n"
+            + _UNSHARE
+            + "_unshare_network()\n"
+            + f"os._exit(0 if os.readlink('/proc/self/ns/net') != {here!r} else 1)\n"
+        )
         done = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", probe % here],
-            preexec_fn=lambda: _unshare_network(uid, gid),
+            [sys.executable, "-I", "-S", "-c", probe],
             env={"PATH": os.defpath},
             capture_output=True,
             timeout=10,
@@ -359,8 +370,9 @@ def run_python(
     if len(data) > MAX_STDIN_BYTES:
         raise ValueError(f"stdin has {len(data)} bytes > MAX_STDIN_BYTES={MAX_STDIN_BYTES}")
     cpu = math.ceil(timeout_s) + 1 if cpu_s is None else int(cpu_s)
-    uid, gid = os.getuid(), os.getgid()
+    uid = os.getuid()
     nproc = None if uid == 0 else _user_process_count(uid) + NPROC_MARGIN
+    spec = json.dumps({"netns": network_namespace, "rlimits": _rlimits(memory_mb, cpu, nproc)})
     start = time.monotonic()
     workdir = tempfile.mkdtemp(prefix="rljax-sandbox-")
     try:
@@ -369,7 +381,8 @@ def run_python(
         with open(os.path.join(workdir, _SOURCE_NAME), "w", encoding="utf-8") as f:
             f.write(source)
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", _PRELUDE_NAME] + ([] if audit_guard else ["--no-guard"]),
+            [sys.executable, "-I", "-S", _PRELUDE_NAME, spec]
+            + ([] if audit_guard else ["--no-guard"]),
             cwd=workdir,
             env={"PATH": os.defpath, "LC_ALL": "C.UTF-8", "HOME": workdir},
             stdin=subprocess.PIPE,
@@ -377,7 +390,6 @@ def run_python(
             stderr=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
-            preexec_fn=_limits(memory_mb, cpu, nproc, network_namespace, uid, gid),
         )
         try:
             try:

@@ -192,3 +192,9 @@ def test_rejects_bad_arguments():
         run_python("pass", timeout_s=0)
     with pytest.raises(ValueError, match="MAX_STDIN_BYTES"):
         run_python("pass", stdin="x" * 100_000)
+
+
+def test_the_program_cannot_raise_its_own_limits():
+    src = "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (100, 100))"
+    res = run_python(src, timeout_s=5.0)
+    assert res.returncode != 0 and "resource.setrlimit is not allowed" in res.stderr
