@@ -1,5 +1,6 @@
 """`Algorithm` and the shared pieces of the presets: regularisers and the PPO-clip preset."""
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from rljax.core.objective import Objective, sum_objectives
@@ -59,6 +60,27 @@ def with_regularizers(
     return sum_objectives(*terms)
 
 
+def regularized_preset(
+    advantages: Transform,
+    main: Callable[[str, int | None], Objective],
+    aggregation: str = "token-mean",
+    max_len: int | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k3",
+    entropy_coef: float = 0.0,
+) -> Algorithm:
+    """A transform + a main policy loss built for the aggregation, plus the regularisers.
+
+    `main(aggregation, max_len)` builds the policy loss; the KL(pi || ref) loss and the entropy
+    bonus are added when their coefficients are non-zero (`with_regularizers`). Presets with
+    their own surrogate take these keyword arguments as `**regularizers`.
+    """
+    objective = with_regularizers(
+        main(aggregation, max_len), aggregation, max_len, kl_coef, kl_estimator, entropy_coef
+    )
+    return Algorithm(advantages, objective, aggregation)
+
+
 def ppo_preset(
     advantages: Transform,
     clip_eps: float = 0.2,
@@ -76,6 +98,12 @@ def ppo_preset(
     loss aggregation mode and its `max_len`.
     """
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
-    main = ppo_clip(clip_eps, eps_high, aggregation=aggregation, max_len=max_len)
-    objective = with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
-    return Algorithm(chain(advantages), objective, aggregation)
+    return regularized_preset(
+        chain(advantages),
+        lambda agg, ml: ppo_clip(clip_eps, eps_high, aggregation=agg, max_len=ml),
+        aggregation,
+        max_len,
+        kl_coef,
+        kl_estimator,
+        entropy_coef,
+    )

@@ -6,7 +6,7 @@ Presets that take `**ppo_settings` accept the PPO keyword arguments of
 """
 
 from rljax.advantages.group import group_advantages
-from rljax.algorithms.base import Algorithm, ppo_preset, with_regularizers
+from rljax.algorithms.base import Algorithm, ppo_preset, regularized_preset
 from rljax.core.transform import chain
 from rljax.entropy.covariance import clip_cov as clip_cov_objective
 from rljax.entropy.covariance import covariance_noise
@@ -89,40 +89,32 @@ def clip_cov(
     cov_upper: float = 5.0,
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "k3",
-    entropy_coef: float = 0.0,
-    aggregation: str = "token-mean",
-    max_len: int | None = None,
+    **regularizers,
 ) -> Algorithm:
     """Clip-Cov ("The Entropy Mechanism of Reinforcement Learning for Reasoning Language
     Models", arXiv 2505.22617): GRPO advantages, PPO clip, and a random few high-covariance
-    tokens detached from the gradient."""
+    tokens detached from the gradient (`regularizers` as in `regularized_preset`)."""
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
-    main = clip_cov_objective(
-        clip_eps, eps_high, clip_ratio, cov_lower, cov_upper, aggregation, max_len
-    )
-    objective = with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
-    return Algorithm(
-        chain(group_advantages(group_size), covariance_noise()), objective, aggregation
+    return regularized_preset(
+        chain(group_advantages(group_size), covariance_noise()),
+        lambda agg, ml: clip_cov_objective(
+            clip_eps, eps_high, clip_ratio, cov_lower, cov_upper, agg, ml
+        ),
+        **regularizers,
     )
 
 
 def kl_cov(
-    group_size: int,
-    kl_cov_coef: float = 1.0,
-    k_ratio: float = 2e-3,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "k3",
-    entropy_coef: float = 0.0,
-    aggregation: str = "token-mean",
-    max_len: int | None = None,
+    group_size: int, kl_cov_coef: float = 1.0, k_ratio: float = 2e-3, **regularizers
 ) -> Algorithm:
     """KL-Cov (arXiv 2505.22617): GRPO advantages, no ratio clipping, and a |log ratio|
-    penalty on the top `k_ratio` tokens by covariance (the authors' k_percent 0.2 = 2e-3)."""
-    main = kl_cov_objective(kl_cov_coef, k_ratio, aggregation, max_len)
-    objective = with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
-    return Algorithm(chain(group_advantages(group_size)), objective, aggregation)
+    penalty on the top `k_ratio` tokens by covariance (the authors' k_percent 0.2 = 2e-3;
+    `regularizers` as in `regularized_preset`)."""
+    return regularized_preset(
+        chain(group_advantages(group_size)),
+        lambda agg, ml: kl_cov_objective(kl_cov_coef, k_ratio, agg, ml),
+        **regularizers,
+    )
 
 
 def uec_rl(

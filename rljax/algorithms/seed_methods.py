@@ -16,7 +16,7 @@ from rljax.advantages.kernel_baseline import kernel_baseline_advantages
 from rljax.advantages.lead import lead_advantages
 from rljax.advantages.optimal_token_baseline import optimal_token_baseline_advantages
 from rljax.advantages.prefix_tree import implicit_process_advantages
-from rljax.algorithms.base import Algorithm, ppo_preset, with_regularizers
+from rljax.algorithms.base import Algorithm, ppo_preset, regularized_preset
 from rljax.core.transform import chain
 from rljax.objectives.mu_grpo import mu_grpo as mu_grpo_objective
 from rljax.objectives.power_distillation import power_weighting, weighted_sft
@@ -28,19 +28,18 @@ def mu_grpo(
     eps_low: float = 0.2,
     eps_high: float = 0.28,
     veto_delta: float | None = None,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "k3",
-    entropy_coef: float = 0.0,
-    aggregation: str = "token-mean",
-    max_len: int | None = None,
+    **regularizers,
 ) -> Algorithm:
     """Mu-GRPO (arXiv 2605.17570): GRPO advantages + the relaxed asymmetric clip and the
     negative-advantage veto against the frozen stage policy (`batch.old_logprobs`). The few
     large generation-optimisation stages are a schedule of the driver (several epochs and
-    minibatches per rollout batch: `train.epochs`, `train.minibatches`)."""
-    main = mu_grpo_objective(eps_low, eps_high, veto_delta, aggregation, max_len)
-    objective = with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
-    return Algorithm(chain(group_advantages(group_size)), objective, aggregation)
+    minibatches per rollout batch: `train.epochs`, `train.minibatches`; `regularizers` as in
+    `regularized_preset`)."""
+    return regularized_preset(
+        chain(group_advantages(group_size)),
+        lambda agg, ml: mu_grpo_objective(eps_low, eps_high, veto_delta, agg, ml),
+        **regularizers,
+    )
 
 
 def sapo(
@@ -49,24 +48,23 @@ def sapo(
     eps_low: float = 0.2,
     eps_high: float = 0.2,
     process_advantages: bool = False,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "k3",
-    entropy_coef: float = 0.0,
-    aggregation: str = "token-mean",
-    max_len: int | None = None,
+    **regularizers,
 ) -> Algorithm:
     """SAPO ("Segment-Aligned Policy Optimization"): segment-level importance ratios and
     advantages, segments ending at `delimiter_ids` (default: newline in byte and most BPE
     vocabularies; pass your tokenizer's ids). The segment advantage is the mean token advantage
     over the segment: GRPO's (constant per response) or, with `process_advantages`, IBPO's
-    prefix-tree process advantages, which differ between segments."""
+    prefix-tree process advantages, which differ between segments. `regularizers` as in
+    `regularized_preset`."""
     if process_advantages:
         advantages = implicit_process_advantages(group_size)
     else:
         advantages = group_advantages(group_size)
-    main = sapo_objective(tuple(delimiter_ids), eps_low, eps_high, aggregation, max_len)
-    objective = with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
-    return Algorithm(chain(advantages), objective, aggregation)
+    return regularized_preset(
+        chain(advantages),
+        lambda agg, ml: sapo_objective(tuple(delimiter_ids), eps_low, eps_high, agg, ml),
+        **regularizers,
+    )
 
 
 def expthink(
