@@ -66,7 +66,7 @@ def _braced(text: str, open_at: int) -> tuple[str, int] | None:
     return None
 
 
-def _last_boxed(text: str) -> str | None:
+def last_boxed(text: str) -> str | None:
     """Content of the last balanced \\boxed{...} or \\fbox{...}, nested braces included."""
     closes, stack = {}, []  # one pass: the closing brace of every balanced opening brace
     for i, char in enumerate(text):
@@ -82,7 +82,7 @@ def _last_boxed(text: str) -> str | None:
 
 def _marked_answer(text: str) -> str | None:
     """The answer a text marks explicitly: last boxed, else last "#### X"; None if unmarked."""
-    boxed = _last_boxed(text)
+    boxed = last_boxed(text)
     if boxed is not None:
         return boxed
     hashes = [h.strip() for h in _HASHES.findall(text)]
@@ -190,7 +190,7 @@ def final_number(completion: str) -> Fraction | None:
     A boxed answer that is not a number ("\\boxed{x+1}") gives None rather than a number from
     elsewhere in the text; units, "x =" and a percent sign inside the box are dropped.
     """
-    boxed = _last_boxed(completion)
+    boxed = last_boxed(completion)
     if boxed is not None:
         return _scalar(_normalize(boxed)[0])
     numbers = _NUMBER.findall(completion)

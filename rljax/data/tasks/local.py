@@ -26,7 +26,7 @@ import numpy as np
 
 from rljax.data.array_record import ArrayRecordRows
 from rljax.data.tasks.split_hash import unit_hash
-from rljax.rewards.math import math_reward
+from rljax.rewards.math import last_boxed, math_reward
 
 RewardFn = Callable[[str, str], float]
 
@@ -49,7 +49,6 @@ _DEFAULT_FIELDS = {
     ),
 }
 _GSM8K_MARK = "####"
-_BOXED = "\\boxed{"
 # MBPP's reference solution column, kept for the SFT target of kind="code".
 _CODE_SOLUTION_FIELD = "code"
 _CODE_SETUP_FIELD = "test_setup_code"
@@ -122,18 +121,13 @@ def final_answer(answer: str) -> str:
     """The final answer inside a reference solution, for the reward (interpretation).
 
     GSM8K: the text after the last "####" ("...so 6 + 4 = 10.\\n#### 10" -> "10"). MATH: the
-    contents of the last \\boxed{...} (braces balanced). Anything else is already final.
+    contents of the last balanced \\boxed{...} or \\fbox{...}
+    (`rljax.rewards.math.last_boxed`). Anything else is already final.
     """
     if _GSM8K_MARK in answer:
         return answer.rsplit(_GSM8K_MARK, 1)[1].strip()
-    start = answer.rfind(_BOXED)
-    if start >= 0:
-        depth, begin = 1, start + len(_BOXED)
-        for end in range(begin, len(answer)):
-            depth += {"{": 1, "}": -1}.get(answer[end], 0)
-            if depth == 0:
-                return answer[begin:end].strip()
-    return answer.strip()
+    boxed = last_boxed(answer)
+    return (answer if boxed is None else boxed).strip()
 
 
 def normalize_text(text: str) -> str:
