@@ -89,18 +89,57 @@ def get_config() -> ConfigDict:
 
     # Which prompts each step trains on: "none" walks the shuffled train split. From a pool of
     # the split's first pool_size prompts, "heapa" picks at the reward-median boundary (HeaPA,
-    # low_fraction), every prompt scored once first; "curriculum" samples by the task's
-    # difficulty levels and moves to the next level once the accuracy EMA (decay) of the
-    # current one reaches threshold (review: share of earlier levels). Checkpointed.
+    # low_fraction), every prompt scored once first; "dare" estimates each prompt's success
+    # rate under the current policy from a replay of its last `records` rollouts (importance
+    # weights clipped to +-clip; raw rate below ess_threshold) and favours rates near 0.5
+    # (kappa); "curriculum" samples by the task's difficulty levels and moves to the next
+    # level once the accuracy EMA (decay) of the current one reaches threshold (review: share
+    # of earlier levels). Checkpointed.
     config.prompt_selection = ConfigDict(
         dict(
             name="none",
             pool_size=0,
             low_fraction=0.5,
+            records=2048,
+            kappa=20.0,
+            clip=5.0,
+            ess_threshold=2.0,
             threshold=0.7,
             decay=0.9,
             review=0.2,
             min_updates=5,
+        )
+    )
+
+    # FreshPER replay ("fresh_per"): informative prompt groups are kept (up to capacity) and
+    # every `every` steps `groups` of them (0: prompts_per_step) are drawn with priority
+    # mean|reward| * exp(-age / tau) and trained on after the fresh batch, with PER importance
+    # weights (alpha; beta from beta_start to beta_end over beta_steps). Checkpointed.
+    config.replay = ConfigDict(
+        dict(
+            name="none",
+            capacity=1024,
+            groups=0,
+            every=1,
+            tau=500.0,
+            alpha=0.6,
+            beta_start=0.4,
+            beta_end=1.0,
+            beta_steps=1000,
+        )
+    )
+
+    # LoPE: a prompt whose samples all fail is rolled out again num_perturbed times behind
+    # Lorem-Ipsum prefixes of min_words..max_words words (rollouts_per_perturbed samples each,
+    # prompts padded to max_prompt_len tokens); correct completions replace up to G - 1 of the
+    # failures, trained under the original prompt. 0 is off.
+    config.lope = ConfigDict(
+        dict(
+            num_perturbed=0,
+            rollouts_per_perturbed=4,
+            min_words=4,
+            max_words=12,
+            max_prompt_len=96,
         )
     )
 

@@ -6,9 +6,14 @@ pretrained checkpoint: `--config.model.checkpoint=/path/to/hf_dir`, with
 `--config.task.chat_template=True` for an instruct model.
 
   python -m launchers.train --config=configs/grpo_countdown.py
+
+A curriculum from 2 numbers up to num_numbers (the task's difficulty is the count given):
+
+  python -m launchers.train --config=configs/grpo_countdown.py --config.task.min_numbers=2 \
+      --config.prompt_selection.name=curriculum --config.prompt_selection.pool_size=4096
 """
 
-from ml_collections import ConfigDict
+from ml_collections import ConfigDict, config_dict
 
 from configs.grpo_addition import get_config as _base
 
@@ -20,6 +25,8 @@ def get_config() -> ConfigDict:
         dict(
             name="countdown",
             num_numbers=4,
+            # None: every example has the maximum; set it for mixed levels (a curriculum).
+            min_numbers=config_dict.placeholder(int),
             max_number=25,
             use_all=False,
             max_prompt_len=192,

@@ -1,10 +1,11 @@
-"""Prompt batches chosen by a prompt selector (HeaPA, a curriculum) from a fixed pool, with
-resumable state.
+"""Prompt batches chosen by a prompt selector (HeaPA, DARE, a curriculum) from a fixed pool,
+with resumable state.
 
 The default pipeline (`prompt_batches`) walks a shuffled split. A selector instead picks each
 batch from a pool of prompts using what the rollouts said about them: `SelectedPromptBatches`
 asks the selector for `batch_size` pool positions, reads those examples from the (unshuffled)
-`prompt_dataset`, and after the rollout is scored takes the rewards back through `feedback`.
+`prompt_dataset`, and after the rollout is scored takes the rewards (and the rollouts) back
+through `feedback`.
 Its `get_state()` is JSON, so the selector's state goes into the checkpoint with the data
 iterator's and a resumed run selects exactly what a straight run does.
 
@@ -20,7 +21,12 @@ import grain
 import numpy as np
 
 from rljax.data.samplers.curriculum import AccuracyCurriculum, CurriculumSettings
+from rljax.data.samplers.dare import DARESelector, DARESettings
 from rljax.data.samplers.heapa import HeaPAPool, HeaPASettings
+from rljax.entropy.uec import RowBuffer
+from rljax.rollout.rescore import ROLLOUT_KEYS, LogprobsFn, rescore
+
+Rows = dict[str, np.ndarray]
 
 
 class PromptSelector(Protocol):
@@ -30,8 +36,9 @@ class PromptSelector(Protocol):
         """[k] pool positions for batch number `step`."""
         ...
 
-    def feedback(self, positions: np.ndarray, rewards: np.ndarray) -> None:
-        """Scores of the selected prompts: rewards [k, G] of their G samples."""
+    def feedback(self, positions: np.ndarray, rewards: np.ndarray, rollouts: Rows) -> None:
+        """Scores of the selected prompts: rewards [k, G] of their G samples, and the samples
+        themselves (`rollouts`: [k * G] rows of `ROLLOUT_KEYS`, grouped by prompt)."""
         ...
 
     def metrics(self) -> dict[str, float]:
@@ -61,7 +68,8 @@ class HeaPASelector:
             )
         return ids
 
-    def feedback(self, positions: np.ndarray, rewards: np.ndarray) -> None:
+    def feedback(self, positions: np.ndarray, rewards: np.ndarray, rollouts: Rows) -> None:
+        del rollouts
         self.pool.add(positions, np.asarray(rewards, np.float64).mean(axis=1))
 
     def metrics(self) -> dict[str, float]:
@@ -97,7 +105,8 @@ class CurriculumSelector:
     def select(self, step: int, k: int) -> np.ndarray:
         return self.curriculum.select(step, k)
 
-    def feedback(self, positions: np.ndarray, rewards: np.ndarray) -> None:
+    def feedback(self, positions: np.ndarray, rewards: np.ndarray, rollouts: Rows) -> None:
+        del rollouts
         self.curriculum.update(positions, (np.asarray(rewards) >= 1.0).mean(axis=1))
 
     def metrics(self) -> dict[str, float]:
@@ -114,6 +123,80 @@ class CurriculumSelector:
 
     def load(self, state: dict[str, Any]) -> None:
         self.curriculum.load(state)
+
+
+class DAREPromptSelector:
+    """DARE (arXiv 2605.09188) as a prompt selector: the success rate of every pool prompt
+    under the CURRENT policy is estimated by self-normalised importance sampling over a FIFO
+    replay of earlier rollouts, and prompts near rate 0.5 are drawn most
+    (`rljax.data.samplers.dare`).
+
+    Both log-prob sums of a record come from the trainer's policy (`set_policy`): the
+    behaviour sum when the rollout is fed back (the policy that sampled it), the current sum
+    at every `select`, so the weight of a fresh record is exactly 1 whatever the sampler's
+    temperature or weight format. The replay keeps the rollouts' tokens for that rescoring;
+    its cost is one teacher-forced pass over `capacity` rollouts per step.
+
+    Not used here (interpretation): DARE's per-tier rollout counts; every prompt gets the
+    run's G samples, so batch shapes stay fixed.
+
+    Args:
+      pool_size: prompts in the pool (prompt ids are pool positions).
+      seed: with the step, seeds the sampling.
+      settings: DARE's settings (`capacity` counts rollouts).
+      chunk_rows: rows per rescoring call (e.g. the rollout batch's row count).
+    """
+
+    def __init__(self, pool_size: int, seed: int, settings: DARESettings, chunk_rows: int):
+        self.dare = DARESelector(settings, pool_size, seed)
+        self.rollouts = RowBuffer(settings.capacity)
+        self.chunk_rows = int(chunk_rows)
+        self.policy: LogprobsFn | None = None
+        self.rates = np.full(pool_size, settings.default_rate)
+
+    def set_policy(self, logprobs: LogprobsFn) -> None:
+        """The current policy's log-prob function; set before each step's `select`."""
+        self.policy = logprobs
+
+    def _sums(self, rows: Rows) -> np.ndarray:
+        if self.policy is None:
+            raise ValueError("DAREPromptSelector needs set_policy(...) before scoring rollouts")
+        return rescore(self.policy, rows, self.chunk_rows).sum(axis=1)
+
+    def select(self, step: int, k: int) -> np.ndarray:
+        if len(self.dare):
+            self.rates = self.dare.estimate(self._sums(self.rollouts.rows))
+        return self.dare.select(step, k, self.rates)
+
+    def feedback(self, positions: np.ndarray, rewards: np.ndarray, rollouts: Rows) -> None:
+        rewards = np.asarray(rewards, np.float64)
+        rows = {key: np.asarray(rollouts[key]) for key in ROLLOUT_KEYS}
+        ids = np.repeat(np.asarray(positions, np.int64), rewards.shape[1])
+        self.dare.add(ids, self._sums(rows), rewards.reshape(-1))
+        self.rollouts.add(rows)
+
+    def metrics(self) -> dict[str, float]:
+        """ "selection/rate_mean": the mean estimated success rate over the pool (at the last
+        `select`); "selection/seen_frac": share of pool prompts with a record in the replay;
+        "selection/replay": records in the replay."""
+        seen = np.unique(self.dare.records()["prompt_id"])
+        return {
+            "selection/rate_mean": float(self.rates.mean()),
+            "selection/seen_frac": len(seen) / len(self.rates),
+            "selection/replay": float(len(self.dare)),
+        }
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "replay": self.dare.state(),
+            "rollouts": self.rollouts.state(),
+            "rates": self.rates.copy(),
+        }
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.dare.load(state.get("replay", {}))
+        self.rollouts.load(state.get("rollouts", {}))
+        self.rates = np.asarray(state["rates"], np.float64)
 
 
 def _to_json(tree):
@@ -164,9 +247,14 @@ class SelectedPromptBatches:
         batch["position"] = np.asarray(positions, np.int64)
         return batch
 
-    def feedback(self, prompts: dict[str, np.ndarray], rewards: np.ndarray) -> None:
-        """Hands the rewards [n_prompts, G] of a scored batch from this iterator back."""
-        self.selector.feedback(prompts["position"], rewards)
+    def feedback(self, prompts: dict[str, np.ndarray], rewards: np.ndarray, rollouts: Rows) -> None:
+        """Hands the rewards [n_prompts, G] and the rollouts of a batch from this iterator back."""
+        self.selector.feedback(prompts["position"], rewards, rollouts)
+
+    def set_policy(self, logprobs: LogprobsFn) -> None:
+        """Gives a selector that rescores rollouts (DARE) the current policy; others ignore it."""
+        if hasattr(self.selector, "set_policy"):
+            self.selector.set_policy(logprobs)
 
     def metrics(self) -> dict[str, float]:
         return self.selector.metrics()

@@ -22,6 +22,9 @@ from ml_collections import ConfigDict
 from rljax import algorithms
 from rljax.core.state import TrainState, init_train_state
 from rljax.core.transform import Transform, chain
+from rljax.data.samplers.dare import DARESettings
+from rljax.data.samplers.fresh_per import FreshPERSettings
+from rljax.data.samplers.lope import LoPESettings
 from rljax.data.tasks import Task, get_task
 from rljax.entropy.uec import UECSettings
 from rljax.models.config import TransformerConfig
@@ -36,6 +39,8 @@ from rljax.quant.rollout import RolloutWeights
 from rljax.rewards import score_completions, score_completions_parallel
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.critic import init_critic
+from rljax.train.fresh_replay import FreshReplay
+from rljax.train.lope import LoPERescue
 from rljax.train.steps import RolloutConfig, UpdateConfig
 
 # Every preset of `rljax.algorithms`, by name (`algorithm.name` in a config).
@@ -44,7 +49,14 @@ ALGORITHMS = {name: getattr(algorithms, name) for name in algorithms.__all__ if 
 FETCHABLE = ("smollm2",)
 _TASK_RUN_KEYS = ("name", "max_prompt_len", "max_answer_len", "eval_size", "chat_template")
 # Prompt selectors by `prompt_selection.name` (rljax.data.selected); "none" walks the split.
-PROMPT_SELECTORS = ("heapa", "curriculum")
+PROMPT_SELECTORS = ("heapa", "dare", "curriculum")
+# `prompt_selection` keys that are DARE's settings (`records` is its replay capacity).
+_DARE_KEYS = {
+    "records": "capacity",
+    "kappa": "kappa",
+    "clip": "clip",
+    "ess_threshold": "ess_threshold",
+}
 # Rollout/trainer mismatch corrections by `rollout_correction.name` (rljax.quant.mismatch).
 ROLLOUT_CORRECTIONS: dict[str, Callable[..., Transform]] = {
     "tis": truncated_is,
@@ -95,6 +107,73 @@ def validate_config(config: ConfigDict) -> None:
             )
         if config.algorithm.name == "uec_rl":
             raise ValueError("prompt_selection does not combine with UEC-RL's own collection")
+        if selection.name == "dare":
+            build_dare_settings(config)
+    if build_replay(config) is not None and config.algorithm.name == "uec_rl":
+        raise ValueError("replay.name='fresh_per' does not combine with UEC-RL's own replay")
+    lope = build_lope_settings(config)
+    if lope is not None:
+        if config.algorithm.name == "uec_rl":
+            raise ValueError("lope does not combine with UEC-RL's own collection")
+        max_len = config.lope.get("max_prompt_len", 0)
+        if max_len <= config.task.max_prompt_len:
+            raise ValueError(
+                f"lope.max_prompt_len={max_len} must exceed task.max_prompt_len="
+                f"{config.task.max_prompt_len} to leave room for the Lorem-Ipsum prefix"
+            )
+
+
+def build_dare_settings(config: ConfigDict) -> DARESettings:
+    """DARE's settings from `prompt_selection.{records, kappa, clip, ess_threshold}`."""
+    section = config.prompt_selection
+    return DARESettings(**{v: section[k] for k, v in _DARE_KEYS.items() if k in section})
+
+
+def build_replay(config: ConfigDict) -> FreshReplay | None:
+    """FreshPER replay of prompt groups from the optional `replay.*` section (None when off).
+
+    replay.name="fresh_per": every `every` steps, `groups` (0: train.prompts_per_step) stored
+    informative groups are drawn by freshness-decayed priority and trained on after the fresh
+    batch; capacity (groups), tau, alpha, beta_start, beta_end, beta_steps are FreshPER's.
+    """
+    section = config.get("replay")
+    if section is None or section.get("name", "none") == "none":
+        return None
+    if section.name != "fresh_per":
+        raise ValueError(f"replay.name={section.name!r} is unknown; use 'none' or 'fresh_per'")
+    keys = ("capacity", "tau", "alpha", "beta_start", "beta_end", "beta_steps")
+    settings = FreshPERSettings(**{k: section[k] for k in keys if k in section})
+    groups = section.get("groups", 0) or config.train.prompts_per_step
+    return FreshReplay(
+        settings, config.rollout.n_samples, groups, section.get("every", 1), config.seed
+    )
+
+
+def build_lope_settings(config: ConfigDict) -> LoPESettings | None:
+    """LoPE's settings from the optional `lope.*` section; None when num_perturbed is 0."""
+    section = config.get("lope")
+    if section is None or section.get("num_perturbed", 0) == 0:
+        return None
+    keys = ("num_perturbed", "rollouts_per_perturbed", "min_words", "max_words")
+    return LoPESettings(**{k: section[k] for k in keys if k in section})
+
+
+def build_lope(
+    config: ConfigDict, task: Task, tokenizer: Tokenizer, prompt_multiple: int
+) -> LoPERescue | None:
+    """LoPE's rescue of all-failed groups (`rljax.train.lope`), or None when off."""
+    settings = build_lope_settings(config)
+    if settings is None:
+        return None
+    return LoPERescue(
+        settings,
+        task,
+        tokenizer,
+        config.lope.max_prompt_len,
+        config.seed,
+        prompt_multiple,
+        build_scorer(config),
+    )
 
 
 def build_policy(
@@ -303,6 +382,15 @@ def build_explore_rollout_config(
     base = build_rollout_config(config, tokenizer)
     sampling = dataclasses.replace(base.sampling, temperature=settings.explore_temperature)
     return dataclasses.replace(base, n_samples=settings.explore_samples, sampling=sampling)
+
+
+def build_lope_rollout_config(
+    config: ConfigDict, tokenizer: Tokenizer, settings: LoPESettings
+) -> RolloutConfig:
+    """LoPE's sampler: `rollouts_per_perturbed` samples per perturbed prompt."""
+    return dataclasses.replace(
+        build_rollout_config(config, tokenizer), n_samples=settings.rollouts_per_perturbed
+    )
 
 
 def build_update_config(config: ConfigDict) -> UpdateConfig:

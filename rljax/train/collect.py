@@ -113,7 +113,8 @@ def collect_batch(
     max_refill_rounds: int = 0,
     greedy: Callable[[jax.Array, jax.Array], Rollout] | None = None,
     scorer: Scorer = score_completions,
-    feedback: Callable[[dict[str, Any], np.ndarray], None] | None = None,
+    feedback: Callable[[dict[str, Any], np.ndarray, dict[str, np.ndarray]], None] | None = None,
+    rescue: Callable[[dict[str, Any], dict[str, np.ndarray], int], dict[str, float]] | None = None,
 ) -> tuple[Batch, dict[str, float]]:
     """Draws prompts, samples `n_samples` completions each, scores them and builds the `Batch`.
 
@@ -128,8 +129,14 @@ def collect_batch(
         keeps every group of the first draw).
       greedy: when given, decodes each prompt greedily (one row per prompt) for ReMax's baseline.
       scorer: runs the task's reward over the decoded completions (`Scorer`).
-      feedback: called with every drawn prompt batch and its rewards [n_prompts, G] once
-        scored, kept or not (a prompt selector's update, `SelectedPromptBatches.feedback`).
+      feedback: called with every drawn prompt batch, its rewards [n_prompts, G] and its
+        rollouts ([n_prompts * G] rows of prompt/completion tokens and masks) once scored,
+        kept or not (a prompt selector's update, `SelectedPromptBatches.feedback`).
+      rescue: called with every drawn prompt batch, its per-group rows (arrays
+        [n_prompts, G, ...]: prompt_tokens, prompt_mask, completion_tokens, completion_mask,
+        rollout_logprobs, rewards, and prompt_id [n_prompts]) and the draw's attempt number;
+        may replace entries of the dict before the informative groups are counted (LoPE,
+        `rljax.train.lope`) and returns metrics, summed over draws.
 
     Returns:
       The batch (rows grouped by prompt; `extras["prompt_id"]` holds each sample's task index)
@@ -152,10 +159,20 @@ def collect_batch(
             task, tokenizer, prompts, out.completion_tokens, out.completion_mask, n_samples, scorer
         )
         if feedback is not None:
-            feedback(prompts, np.asarray(rewards).reshape(-1, n_samples))
+            rollouts = {
+                "prompt_tokens": out.prompt_tokens,
+                "prompt_mask": out.prompt_mask,
+                "completion_tokens": out.completion_tokens,
+                "completion_mask": out.completion_mask,
+            }
+            feedback(prompts, np.asarray(rewards).reshape(-1, n_samples), rollouts)
         for k, v in fails.items():
             failures[k] = failures.get(k, 0) + v
         groups = _groups(prompts, out, rewards, n_samples)
+        if rescue is not None:
+            for k, v in rescue(prompts, groups, attempt).items():
+                metrics[k] = metrics.get(k, 0.0) + v
+        rewards = groups["rewards"].reshape(-1)
         if greedy is not None:
             _add_greedy_baseline(groups, greedy, prompts, task, tokenizer, n_samples, scorer)
         wanted = len(groups["prompt_id"])

@@ -27,7 +27,12 @@ from tqdm.auto import tqdm
 
 from rljax.data import decode_answers, prompt_batches, prompt_dataset, sft_dataset
 from rljax.data.samplers.curriculum import CurriculumSettings
-from rljax.data.selected import CurriculumSelector, HeaPASelector, SelectedPromptBatches
+from rljax.data.selected import (
+    CurriculumSelector,
+    DAREPromptSelector,
+    HeaPASelector,
+    SelectedPromptBatches,
+)
 from rljax.data.tasks import Task
 from rljax.metrics.writers import MetricsWriter
 from rljax.models.tokenizer import Tokenizer
@@ -37,9 +42,13 @@ from rljax.rollout.sampler import generate
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.builders import (
     build_algorithm,
+    build_dare_settings,
     build_explore_rollout_config,
+    build_lope,
+    build_lope_rollout_config,
     build_optimizer,
     build_policy,
+    build_replay,
     build_rollout_config,
     build_scorer,
     build_task,
@@ -140,6 +149,9 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         records.append({"step": step, **writer.write(step, metrics)})
 
     data = _train_prompts(config, task, prompts)
+    selected = isinstance(data, SelectedPromptBatches)
+    replay = build_replay(config)
+    lope = build_lope(config, task, tokenizer, batch_split)
     start = checkpointer.latest_step()
     driver_state = None
     if start is None:
@@ -155,7 +167,7 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
             config, model_config, params, algorithm, optimizer
         )
         state, data_state = checkpointer.restore(start, like)
-        if algorithm.collection is not None:
+        if algorithm.collection is not None or replay is not None:
             driver_state = checkpointer.restore_driver(start)
         data.set_state(data_state)
         logging.info("resumed from %s at step %d", checkpointer.directory, start)
@@ -172,6 +184,17 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         shardings,
         critic_graphdef=critic_graphdef,
     )
+    if replay is not None and driver_state is not None:
+        replay.load(driver_state)
+    if lope is not None:
+        lope_rollout = make_steps(
+            graphdef,
+            optimizer,
+            algorithm,
+            build_lope_rollout_config(config, tokenizer, lope.settings),
+            mesh=mesh,
+            state_shardings=shardings,
+        ).rollout
     bar = tqdm(
         range(start, t.steps),
         desc=config.algorithm.name,
@@ -213,6 +236,14 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         tick = time.perf_counter()
         done = step + 1
         if uec is None:
+            logprobs = functools.partial(steps.logprobs, state)
+            if selected:
+                data.set_policy(logprobs)
+            rescue = None
+            if lope is not None:
+                rescue = functools.partial(
+                    lope, done, functools.partial(lope_rollout, state), logprobs
+                )
             batch, metrics = collect_batch(
                 functools.partial(steps.rollout, state),
                 data,
@@ -222,13 +253,21 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
                 config.rollout.get("max_refill_rounds", 0),
                 _greedy_decoder(graphdef, state, config, tokenizer, algorithm),
                 scorer,
-                data.feedback if isinstance(data, SelectedPromptBatches) else None,
+                data.feedback if selected else None,
+                rescue,
             )
             state, learned = learn(state, batch)
             metrics.update(learned)
-            if isinstance(data, SelectedPromptBatches):
+            if selected:
                 metrics.update(data.metrics())
             tokens = float(np.asarray(batch.completion_mask).sum())
+            if replay is not None:  # groups of earlier steps, then this step's go in
+                replayed, replay_metrics = replay.batch(done)
+                if replayed is not None:
+                    state, learned = learn(state, replayed)
+                    metrics.update({f"replay/{k}": v for k, v in learned.items()})
+                metrics.update(replay_metrics)
+                replay.add(done, batch)
         else:
             # The loop step salts the rollout key: a step without an update keeps state.step.
             batches, metrics = uec.collect(
@@ -258,7 +297,8 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         shown.update(last_eval)
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if k != "eval/reward"})
         if done % t.checkpoint_every == 0 or done == t.steps:
-            checkpointer.save(done, state, data.get_state(), None if uec is None else uec.state())
+            host = uec if uec is not None else replay  # drivers with host-side state
+            checkpointer.save(done, state, data.get_state(), None if host is None else host.state())
             if done == t.kill_at_step:  # crash-safety tests: die hard once this is on disk
                 checkpointer.wait()
                 writer.close()
@@ -271,7 +311,7 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
 
 def _train_prompts(config: ConfigDict, task: Task, prompts: Prompts):
     """The training prompt batches: the shuffled split, or a `prompt_selection` selector's
-    picks (HeaPA, or the curriculum over the task's difficulty levels) from a pool of the
+    picks (HeaPA, DARE, or the curriculum over the task's difficulty levels) from a pool of the
     split's first `prompt_selection.pool_size` prompts."""
     batch_size = config.train.prompts_per_step
     selection = config.get("prompt_selection")
@@ -287,6 +327,9 @@ def _train_prompts(config: ConfigDict, task: Task, prompts: Prompts):
     pool = prompts.dataset(task, "train", seed=None, num_examples=pool_size)
     if selection.name == "heapa":
         selector = HeaPASelector(len(pool), config.seed, selection.get("low_fraction", 0.5))
+    elif selection.name == "dare":
+        rows = batch_size * config.rollout.n_samples
+        selector = DAREPromptSelector(len(pool), config.seed, build_dare_settings(config), rows)
     else:
         if not hasattr(task, "difficulty"):
             raise ValueError(

@@ -3,6 +3,8 @@
   rollout(state, prompt_tokens, prompt_mask, attempt) -> Rollout   (sampler, no gradients)
   prepare(state, batch) -> (state, batch, metrics)                 (old/ref log-probs, transforms)
   update(state, batch) -> (state, metrics)                         (epochs x minibatches x micro)
+  logprobs(state, prompt_tokens, prompt_mask, completion_tokens, completion_mask) -> [B, T]
+                                                                   (host-side rescoring: DARE, LoPE)
 
 Rewards are computed on the host between `rollout` and `prepare`. Each step takes its
 randomness from `state.rng` folded with `state.step` and a per-step salt, so a resumed run
@@ -95,6 +97,9 @@ class Steps(NamedTuple):
     rollout: Callable[..., Rollout]  # (state, prompt_tokens, prompt_mask, attempt=0)
     prepare: Callable[[TrainState, Batch], tuple[TrainState, Batch, Metrics]]
     update: Callable[[TrainState, Batch], tuple[TrainState, Metrics]]
+    # (state, prompt_tokens, prompt_mask, completion_tokens, completion_mask) -> [B, T] the
+    # policy's log-probs of the completion tokens, 0 where masked.
+    logprobs: Callable[..., jax.Array]
 
 
 def _step_key(state: TrainState, salt: int) -> jax.Array:
@@ -308,12 +313,22 @@ def make_steps(
         )
         return state, metrics
 
+    def logprobs(state: TrainState, prompt_tokens, prompt_mask, completion_tokens, completion_mask):
+        policy = policy_states(
+            graphdef, state.params, prompt_tokens, prompt_mask, completion_tokens, completion_mask
+        )
+        out = token_stats(policy.completion_hidden, policy.head, completion_tokens, chunk)
+        return jnp.where(completion_mask, out.logprobs, 0.0)
+
     def default_attempt(jitted):
         return lambda state, tokens, mask, attempt=0: jitted(state, tokens, mask, attempt)
 
     if mesh is None:
         return Steps(
-            default_attempt(jax.jit(rollout)), jax.jit(prepare), jax.jit(update, donate_argnums=0)
+            default_attempt(jax.jit(rollout)),
+            jax.jit(prepare),
+            jax.jit(update, donate_argnums=0),
+            jax.jit(logprobs),
         )
     if state_shardings is None:
         raise ValueError("make_steps(mesh=...) also needs state_shardings")
@@ -333,5 +348,8 @@ def make_steps(
             in_shardings=(state_shardings, rows),
             out_shardings=(state_shardings, none),
             donate_argnums=0,
+        ),
+        jax.jit(
+            logprobs, in_shardings=(state_shardings, rows, rows, rows, rows), out_shardings=rows
         ),
     )

@@ -39,7 +39,7 @@ from rljax.train.collect import Scorer, rollout_metrics, score_rollout
 RolloutFn = Callable[[jax.Array, jax.Array], Rollout]
 
 
-def _bucket(n: int, multiple: int, limit: int) -> int:
+def bucket_size(n: int, multiple: int, limit: int) -> int:
     """How many prompts to explore for n hard ones: the next power of two >= n, rounded up to
     a multiple of `multiple` (the mesh's batch split), at most `limit`. Few distinct shapes
     means few compilations."""
@@ -154,7 +154,7 @@ class UECDriver:
             ids = np.flatnonzero(hard)
             n_prompts = len(hard)
             padded = np.resize(
-                ids, _bucket(len(ids), self.prompt_multiple, n_prompts)
+                ids, bucket_size(len(ids), self.prompt_multiple, n_prompts)
             )  # repeats ids to fill
             extra, _ = self._sample(
                 explore_rollout,

@@ -1,5 +1,7 @@
-"""CountdownTask: solvable instances, a safe exact verifier, knobs, determinism, disjoint splits."""
+"""CountdownTask: solvable instances, a safe exact verifier, knobs, determinism, disjoint splits,
+mixed instance sizes as curriculum levels."""
 
+import hashlib
 import json
 import re
 from fractions import Fraction
@@ -178,3 +180,71 @@ def test_split_sizes_and_bad_split():
 def test_bad_config_raises(kwargs):
     with pytest.raises(ValueError):
         CountdownTask(**kwargs)
+
+
+def _digest(task):
+    """A fingerprint of train examples 0-29 and test examples 0-9."""
+    examples = [task.example(i, "train") for i in range(30)]
+    examples += [task.example(i, "test") for i in range(10)]
+    return hashlib.sha256(json.dumps(examples, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_default_min_numbers_keeps_the_instances_of_before():
+    # Recorded with the code before `min_numbers` existed: its default must not move any seed.
+    task = CountdownTask()
+    assert json.loads(task.example(0, "train")["answer"]) == dict(
+        target=286, numbers=[22, 16, 13, 7], use_all=False, solution="13 * 22"
+    )
+    assert json.loads(task.example(3, "test")["answer"])["solution"] == "13 + 14"
+    recorded = {
+        (): "19ddc29c594f9899",
+        (("num_numbers", 6), ("max_number", 100), ("use_all", True)): "f14648cc0f1c9500",
+        (("num_numbers", 3), ("max_number", 9)): "a8127fcfcddb554e",
+    }
+    for kwargs, digest in recorded.items():
+        assert _digest(CountdownTask(**dict(kwargs))) == digest
+        # min_numbers == num_numbers draws nothing, so it is the same task.
+        same = CountdownTask(**dict(kwargs), min_numbers=CountdownTask(**dict(kwargs)).num_numbers)
+        assert _digest(same) == digest
+    assert CountdownTask(num_numbers=5).difficulty(11, "test") == 5
+
+
+@pytest.mark.parametrize("use_all", [False, True])
+def test_min_numbers_levels_are_uniform_and_counted_in_the_prompt(use_all):
+    task = CountdownTask(num_numbers=6, min_numbers=2, max_number=30, use_all=use_all)
+    levels = range(2, 7)
+    counts = dict.fromkeys(levels, 0)
+    for i in range(400):
+        ex, level = task.example(i, "train"), task.difficulty(i, "train")
+        numbers = [int(x) for x in _NUMBERS.search(ex["prompt"]).group(1).split(",")]
+        assert level == len(numbers)  # independent recount from the prompt text
+        counts[level] += 1
+        solution = task.sft_target(ex["answer"])
+        used = sorted(int(x) for x in re.findall(r"\d+", solution))
+        assert _reference_value(solution) == json.loads(ex["answer"])["target"]
+        if use_all:
+            assert used == sorted(numbers)
+        else:
+            assert 2 <= len(used) <= level and all(used.count(x) <= numbers.count(x) for x in used)
+    # Pearson chi-square against uniform over 5 levels; 18.47 is the 0.1% point with 4 d.o.f.
+    expected = 400 / len(levels)
+    assert sum((c - expected) ** 2 / expected for c in counts.values()) < 18.47
+    assert min(counts.values()) > 0
+
+
+def test_difficulty_is_deterministic_per_example():
+    task = CountdownTask(num_numbers=5, min_numbers=3)
+    twin = CountdownTask(num_numbers=5, min_numbers=3)
+    for split in ("train", "test"):
+        for i in (0, 9, 123):
+            assert task.example(i, split) == twin.example(i, split)
+            assert task.difficulty(i, split) == twin.difficulty(i, split)
+            spec = json.loads(task.example(i, split)["answer"])
+            assert len(spec["numbers"]) == task.difficulty(i, split)
+    assert {task.difficulty(i, "test") for i in range(40)} == {3, 4, 5}
+
+
+@pytest.mark.parametrize("kwargs", [dict(min_numbers=1), dict(min_numbers=5), dict(min_numbers=-2)])
+def test_bad_min_numbers_names_the_field(kwargs):
+    with pytest.raises(ValueError, match="min_numbers="):
+        CountdownTask(num_numbers=4, **kwargs)

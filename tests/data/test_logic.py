@@ -1,6 +1,9 @@
 """LogicTask: exact proof depth, answers checked against an independent prover on the parsed
-prompt text, constructs per level, class balance, determinism and disjoint splits."""
+prompt text, constructs per level, class balance, determinism, disjoint splits and mixed depths
+as curriculum levels."""
 
+import hashlib
+import json
 import math
 import re
 
@@ -185,3 +188,63 @@ def test_deterministic_and_splits_disjoint():
 def test_bad_config_raises(kwargs):
     with pytest.raises(ValueError):
         LogicTask(**kwargs)
+
+
+def _digest(task):
+    """A fingerprint of train examples 0-29 and test examples 0-9."""
+    examples = [task.example(i, "train") for i in range(30)]
+    examples += [task.example(i, "test") for i in range(10)]
+    return hashlib.sha256(json.dumps(examples, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_default_min_depth_keeps_the_examples_of_before():
+    # Recorded with the code before `min_depth` existed: its default must not move any seed.
+    recorded = {
+        (): "493549debccf0c52",
+        (("depth", 5), ("logic", "forall")): "d4db775d399f2c4e",
+        (("depth", 7), ("logic", "negation"), ("num_distractors", 6)): "21990880111fd243",
+        (("depth", 4), ("logic", "disjunction")): "a68c3ccec1d32d19",
+    }
+    for kwargs, digest in recorded.items():
+        task = LogicTask(**dict(kwargs))
+        assert _digest(task) == digest
+        assert _digest(LogicTask(**dict(kwargs), min_depth=task.depth)) == digest  # no draw
+        assert {task.difficulty(i, "train") for i in range(20)} == {task.depth}
+
+
+@pytest.mark.parametrize("logic", LEVELS)
+def test_min_depth_levels_are_uniform_and_match_reference(logic):
+    task = LogicTask(depth=6, min_depth=1, logic=logic, num_distractors=4)
+    levels = [task.difficulty(i, "train") for i in range(400)]
+    # Pearson chi-square against uniform over 6 levels; 20.52 is the 0.1% point with 5 d.o.f.
+    expected = 400 / 6
+    assert set(levels) == set(range(1, 7))
+    assert sum((levels.count(k) - expected) ** 2 / expected for k in range(1, 7)) < 20.52
+    proven = set()
+    for i in range(48):
+        example = task.example(i, "train")
+        # The reference relaxation on the parsed prompt gives the query exactly this depth
+        # (True) or no proof at all (False).
+        _check(example, levels[i])
+        if example["answer"] == "True":
+            proven.add(levels[i])
+    assert len(proven) >= 4  # the check met True examples of most levels
+
+
+def test_min_depth_difficulty_is_deterministic_per_example():
+    task = LogicTask(depth=4, min_depth=2, logic="conjunction")
+    twin = LogicTask(depth=4, min_depth=2, logic="conjunction")
+    for split in ("train", "test"):
+        for i in (0, 7, 250):
+            assert task.example(i, split) == twin.example(i, split)
+            assert task.difficulty(i, split) == twin.difficulty(i, split)
+    levels = [task.difficulty(i, "test") for i in range(30)]
+    assert set(levels) == {2, 3, 4}
+    for i in range(6):
+        _check(task.example(i, "test"), levels[i])
+
+
+@pytest.mark.parametrize("min_depth", [0, -1, 4])
+def test_bad_min_depth_names_the_field(min_depth):
+    with pytest.raises(ValueError, match="min_depth="):
+        LogicTask(depth=3, min_depth=min_depth)

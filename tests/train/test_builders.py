@@ -10,7 +10,10 @@ from rljax.core.transform import Context
 from rljax.models.tokenizer import ByteTokenizer
 from rljax.train.builders import (
     build_algorithm,
+    build_dare_settings,
+    build_lope,
     build_policy,
+    build_replay,
     build_rollout_config,
     build_rollout_weights,
     build_task,
@@ -78,7 +81,11 @@ def test_algorithm_from_config_and_a_setting_it_does_not_take():
         ("rollout.weight_correction", "magic", "weight_correction='magic' is unknown"),
         ("rollout.aqn_sigma_start", -1.0, "aqn_sigma_start=-1.0"),
         ("reward.workers", -1, "reward.workers=-1"),
-        ("prompt_selection.name", "dare", "prompt_selection.name='dare' is unknown"),
+        ("prompt_selection.name", "dapr", "prompt_selection.name='dapr' is unknown"),
+        ("replay.name", "per", "replay.name='per' is unknown"),
+        ("replay.tau", 0.0, "tau=0.0"),
+        ("lope.num_perturbed", -1, "num_perturbed=-1"),
+        ("lope.max_prompt_len", 8, "lope.max_prompt_len=8 must exceed task.max_prompt_len=8"),
         ("reward.timeout_s", -2.0, "reward.timeout_s=-2.0"),
     ],
 )
@@ -86,6 +93,10 @@ def test_validate_config_names_the_key(key, value, match):
     config = tiny_config()
     section, field = key.split(".")
     config[section][field] = value
+    if section == "replay":
+        config.replay.name = config.replay.name if field == "name" else "fresh_per"
+    if key == "lope.max_prompt_len":
+        config.lope.num_perturbed = 2
     with pytest.raises(ValueError, match=match):
         validate_config(config)
 
@@ -148,6 +159,29 @@ def test_prompt_selection_checks_pool_size_and_uec():
     validate_config(config)
     config.algorithm = {"name": "uec_rl"}
     with pytest.raises(ValueError, match="does not combine with UEC-RL"):
+        validate_config(config)
+
+
+def test_dare_replay_and_lope_settings_from_config():
+    config = tiny_config()
+    config.prompt_selection.update(name="dare", pool_size=256, records=64, kappa=4.0)
+    settings = build_dare_settings(config)
+    assert (settings.capacity, settings.kappa, settings.clip) == (64, 4.0, 5.0)
+    config.prompt_selection.kappa = -1.0
+    with pytest.raises(ValueError, match="kappa=-1.0"):
+        validate_config(config)
+    assert build_replay(config) is None
+    config.replay.update(name="fresh_per", capacity=32, tau=10.0, groups=0)
+    replay = build_replay(config)
+    assert (replay.buffer.settings.capacity, replay.buffer.settings.tau) == (32, 10.0)
+    assert replay.groups == config.train.prompts_per_step
+    assert build_lope(config, build_task(config), ByteTokenizer(), 1) is None
+    config.lope.update(num_perturbed=3, rollouts_per_perturbed=2, max_prompt_len=40)
+    lope = build_lope(config, build_task(config), ByteTokenizer(), 1)
+    assert (lope.settings.num_perturbed, lope.prompt_len) == (3, 40)
+    config.algorithm = {"name": "uec_rl"}
+    config.prompt_selection.name = "none"
+    with pytest.raises(ValueError, match="does not combine with UEC-RL's own replay"):
         validate_config(config)
 
 

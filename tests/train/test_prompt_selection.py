@@ -26,7 +26,7 @@ def test_the_curriculum_starts_on_the_easiest_problems():
 
 def test_a_task_without_difficulty_levels_is_named():
     config = get_config()
-    config.task = {"name": "countdown", "max_prompt_len": 192, "eval_size": 8}
+    config.task = {"name": "gaussian_mixture", "max_prompt_len": 192, "eval_size": 8}
     config.prompt_selection.update(name="curriculum", pool_size=64)
     with pytest.raises(ValueError, match="has no difficulty"):
         _train_prompts(config, build_task(config), PROMPTS)

@@ -67,13 +67,25 @@ UEC = (
     "--config.algorithm.replay_threshold=0.0",
     "--config.algorithm.replay_every=2",
 )
-# HeaPA prompt selection: steps 1-2 score the 8 pool prompts once, steps 3-4 pick at the reward
-# median from the pool restored from the step-2 checkpoint.
-HEAPA = ("--config.prompt_selection.name=heapa", "--config.prompt_selection.pool_size=8")
+# The host-side samplers together: DARE picks steps 3-4's prompts from the replay of rollouts
+# restored from the step-2 checkpoint (rescored by the restored policy), FreshPER replays groups
+# from its restored buffer at steps 3-4, and LoPE perturbs all-failed prompts. A longer SFT on
+# 1-digit sums makes the rewards mixed, so groups are informative.
+SAMPLERS = (
+    "--config.prompt_selection.name=dare",
+    "--config.prompt_selection.pool_size=8",
+    "--config.replay.name=fresh_per",
+    "--config.lope.num_perturbed=2",
+    "--config.lope.rollouts_per_perturbed=2",
+    "--config.task.max_digits=1",
+    "--config.sft.steps=300",
+    "--config.sft.batch_size=32",
+    "--config.sft.learning_rate=3e-3",
+)
 RECIPES = {
     "grpo": ("configs/grpo_addition.py", ()),
     "uec_rl": ("configs/uec_rl_addition.py", UEC),
-    "heapa": ("configs/grpo_addition.py", HEAPA),
+    "samplers": ("configs/grpo_addition.py", SAMPLERS),
 }
 
 
@@ -95,8 +107,10 @@ def test_killed_run_resumes_with_identical_metrics(tmp_path, recipe):
     for step in (3, 4):  # the steps after the crash, including the held-out evaluation
         assert a[step] == b[step], step
     assert "eval/accuracy" in a[4]
-    if recipe == "heapa":  # 8 cold prompts, 4 scored a step
-        assert [a[s]["selection/cold"] for s in (1, 2, 3)] == [4.0, 0.0, 0.0]
+    if recipe == "samplers":  # the restored buffers were used after the crash
+        assert a[3]["selection/replay"] == 3 * 4 * 4  # DARE: three steps of 4 x 4 rollouts
+        assert a[3]["replay/buffer"] > 0 and "replay/loss" in a[3]
+        assert "lope/failed_groups" in a[3]
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """Rollout / prepare / update steps on a tiny model."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +16,7 @@ from rljax.core.state import init_train_state
 from rljax.models.config import TransformerConfig
 from rljax.models.transformer import create_model, forward, positions_from_mask
 from rljax.quant.rollout import RolloutWeights
+from rljax.rollout.rescore import ROLLOUT_KEYS, rescore
 from rljax.train.steps import RolloutConfig, UpdateConfig, make_steps
 
 CONFIG = TransformerConfig(vocab_size=30, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)
@@ -227,3 +229,21 @@ def test_quantized_rollout_weights_open_a_measured_mismatch(setup):
     np.testing.assert_allclose(gaps["mxfp4+aqn"]["quant/aqn_sigma"], 0.05, rtol=1e-6)
     noisy_gap = float(gaps["mxfp4+aqn"]["mismatch/abs_gap_mean"])
     assert noisy_gap > float(gaps["mxfp4"]["mismatch/abs_gap_mean"])
+
+
+def test_logprobs_and_chunked_rescoring_match_a_plain_forward_pass(setup):
+    graphdef, params, prompts, mask = setup
+    steps, state = build(graphdef, params)
+    rollout = steps.rollout(state, prompts, mask)
+    tokens = jnp.concatenate([rollout.prompt_tokens, rollout.completion_tokens], 1)
+    m = jnp.concatenate([rollout.prompt_mask, rollout.completion_mask], 1)
+    logp = jax.nn.log_softmax(forward(graphdef, state.params, tokens, positions_from_mask(m), m)[0])
+    logp = jnp.take_along_axis(logp[:, 2:-1], rollout.completion_tokens[..., None], -1)[..., 0]
+    want = np.where(rollout.completion_mask, logp, 0.0)
+    rows = {k: np.asarray(getattr(rollout, k)) for k in ROLLOUT_KEYS}
+    got = steps.logprobs(state, *(rows[k] for k in ROLLOUT_KEYS))
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    # 8 rows in chunks of 3: the last chunk is padded, the padding's results dropped.
+    np.testing.assert_allclose(
+        rescore(functools.partial(steps.logprobs, state), rows, 3), want, atol=1e-5
+    )

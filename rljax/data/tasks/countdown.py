@@ -3,9 +3,11 @@
 An instance is a list of `num_numbers` integers in [1, max_number] and a target. The target is
 built from a random expression over the numbers (all of them when `use_all`, else a random
 subset of at least two), whose intermediate results are positive integers, so every instance
-is solvable and the stored expression is one known solution. The answer is JSON holding the
-target, the numbers, the `use_all` rule and that solution, so `reward` can check any correct
-expression, not only the stored one.
+is solvable and the stored expression is one known solution. With `min_numbers` set, each
+instance first draws how many numbers it gives, uniformly in [min_numbers, num_numbers]; that
+count is its curriculum level (`difficulty`). The answer is JSON holding the target, the
+numbers, the `use_all` rule and that solution, so `reward` can check any correct expression,
+not only the stored one.
 
 The reward never calls `eval`: a small recursive-descent parser accepts only non-negative
 integer literals, binary + - * /, and parentheses (no unary minus, no `**`, no names), and the
@@ -171,7 +173,12 @@ class CountdownTask(GeneratedSplits):
     """Reach a target with + - * / over given numbers, each used at most (or exactly) once.
 
     Attributes:
-      num_numbers: how many numbers an instance gives (2 to 8).
+      num_numbers: how many numbers an instance gives (2 to 8); the most it gives when
+        `min_numbers` is set.
+      min_numbers: None (every instance gives `num_numbers`) or the fewest numbers an instance
+        gives (2 to num_numbers): each instance draws its count uniformly in
+        [min_numbers, num_numbers] from its own generator. None and min_numbers == num_numbers
+        draw nothing, so they generate the same instances.
       max_number: numbers are drawn uniformly from [1, max_number].
       use_all: whether a solution must use every number exactly once (else at most once); the
         generated target then uses all numbers, else a random subset of at least two.
@@ -183,6 +190,7 @@ class CountdownTask(GeneratedSplits):
     """
 
     num_numbers: int = 4
+    min_numbers: int | None = None
     max_number: int = 25
     use_all: bool = False
     format_reward: float = 0.0
@@ -193,6 +201,11 @@ class CountdownTask(GeneratedSplits):
     def __post_init__(self):
         if not 2 <= self.num_numbers <= _MAX_NUMBERS:
             raise ValueError(f"num_numbers={self.num_numbers} must be in [2, {_MAX_NUMBERS}]")
+        if self.min_numbers is not None and not 2 <= self.min_numbers <= self.num_numbers:
+            raise ValueError(
+                f"min_numbers={self.min_numbers} must be None or in [2, num_numbers="
+                f"{self.num_numbers}]"
+            )
         if self.max_number < 2:
             raise ValueError(f"max_number={self.max_number} must be at least 2")
         if not 0.0 <= self.format_reward < 1.0:
@@ -206,8 +219,9 @@ class CountdownTask(GeneratedSplits):
     def example(self, index: int, split: str) -> dict[str, str]:
         """dict(prompt=instructions, answer=JSON of target, numbers, use_all and a solution)."""
         rng = self.example_rng(index, split)
+        count = self._count(rng)
         for _ in range(_MAX_DRAWS):
-            numbers = [int(x) for x in rng.integers(1, self.max_number + 1, self.num_numbers)]
+            numbers = [int(x) for x in rng.integers(1, self.max_number + 1, count)]
             tree = self._random_expression(rng, numbers)
             target = int(evaluate(tree))
             if self.in_test_split(target, numbers) != (split == "test"):
@@ -226,6 +240,13 @@ class CountdownTask(GeneratedSplits):
             }
             return {"prompt": prompt, "answer": json.dumps(answer)}
         raise ValueError(f"no {split} instance found in {_MAX_DRAWS} draws for {self}")
+
+    def difficulty(self, index: int, split: str) -> int:
+        """How many numbers example `index` of `split` gives (a curriculum level).
+
+        Read from the example's generator without building the instance, so it is cheap.
+        """
+        return self._count(self.example_rng(index, split))
 
     def reward(self, completion: str, answer: str) -> float:
         """1.0 if the completion's final expression uses allowed numbers and equals the target.
@@ -253,11 +274,19 @@ class CountdownTask(GeneratedSplits):
         """A supervised warm start teaches the stored solution expression."""
         return json.loads(answer)["solution"]
 
+    def _count(self, rng: np.random.Generator) -> int:
+        """The number of given numbers: the example generator's first draw, when there is one."""
+        low = self.num_numbers if self.min_numbers is None else self.min_numbers
+        if low == self.num_numbers:
+            return self.num_numbers
+        return int(rng.integers(low, self.num_numbers + 1))
+
     def _random_expression(self, rng: np.random.Generator, numbers: list[int]) -> _Leaf | _Node:
         """A random expression over all numbers (use_all) or a random subset of two or more,
         combining random pairs with an operation whose result is a positive integer."""
-        size = self.num_numbers if self.use_all else int(rng.integers(2, self.num_numbers + 1))
-        chosen = [numbers[i] for i in rng.permutation(self.num_numbers)[:size]]
+        count = len(numbers)
+        size = count if self.use_all else int(rng.integers(2, count + 1))
+        chosen = [numbers[i] for i in rng.permutation(count)[:size]]
         pool: list[_Leaf | _Node] = [_Leaf(x) for x in chosen]
         while len(pool) > 1:
             i, j = (int(k) for k in rng.choice(len(pool), 2, replace=False))

@@ -25,11 +25,18 @@ its own. Distractor premises may use the opposite polarity, which then never hol
 
 Answers: closed world over provability. The question asks whether the statement can be
 proven; "False" means it cannot be proven (not that its negation holds). A True instance is a
-proof chain of exactly `depth` steps (checked with `prove`) plus distractor rules whose
-conclusions are fresh predicates, so they never reach the query. A False instance is the same
-construction with one link broken (a premise or a fact replaced by an unprovable literal, or,
-from "negation" on, a premise's polarity flipped), so both classes look alike. Classes are
-balanced in expectation (each example is True with probability 1/2).
+proof chain of exactly `depth` steps (the example's drawn depth with `min_depth`; checked
+with `prove`) plus distractor rules whose conclusions are fresh predicates, so they never reach
+the query. A False instance is the same construction with one link broken (a premise or a
+fact replaced by an unprovable literal, or, from "negation" on, a premise's polarity flipped),
+so both classes look alike. Classes are balanced in expectation (each example is True with
+probability 1/2).
+
+Mixed depths: with `min_depth` set, each example first draws its chain depth uniformly in
+[min_depth, depth] and is built (and checked) for that depth; the drawn depth is its curriculum
+level (`difficulty`). For a False instance it is the depth of the unbroken chain the instance
+was made from (interpretation: the query has no proof, so there is no minimal proof depth to
+report; the drawn depth keeps the two classes of a level alike, as the construction does).
 
 Train and test are disjoint: a fixed hash of the prompt text puts each problem in one split.
 """
@@ -120,7 +127,11 @@ class LogicTask(GeneratedSplits):
     """Is a statement provable from facts and rules? Knobs: proof depth and logic level.
 
     Attributes:
-      depth: number of steps in the minimal proof of the query (1 to 20).
+      depth: number of steps in the minimal proof of the query (1 to 20); the largest such
+        number when `min_depth` is set.
+      min_depth: None (every example has `depth` steps) or the smallest depth (1 to depth):
+        each example draws its depth uniformly in [min_depth, depth] from its own generator.
+        None and min_depth == depth draw nothing, so they generate the same examples.
       logic: one of LEVELS; each level adds constructs to the previous ones.
       num_distractors: distractor rules that never lead to the query (0 to 20).
       num_entities: entities at the "forall" level (others use one entity). Each other entity
@@ -132,6 +143,7 @@ class LogicTask(GeneratedSplits):
     """
 
     depth: int = 3
+    min_depth: int | None = None
     logic: str = "implication"
     num_distractors: int = 4
     num_entities: int = 3
@@ -142,6 +154,10 @@ class LogicTask(GeneratedSplits):
     def __post_init__(self):
         if not 1 <= self.depth <= _MAX_DEPTH:
             raise ValueError(f"depth={self.depth} must be in [1, {_MAX_DEPTH}]")
+        if self.min_depth is not None and not 1 <= self.min_depth <= self.depth:
+            raise ValueError(
+                f"min_depth={self.min_depth} must be None or in [1, depth={self.depth}]"
+            )
         if self.logic not in LEVELS:
             raise ValueError(f"logic={self.logic!r} is not one of {LEVELS}")
         if not 0 <= self.num_distractors <= _MAX_DISTRACTORS:
@@ -159,13 +175,23 @@ class LogicTask(GeneratedSplits):
     def example(self, index: int, split: str) -> dict[str, str]:
         """dict(prompt=facts, rules and question, answer="True" or "False")."""
         rng = self.example_rng(index, split)
+        depth = self._depth(rng)
         for _ in range(_MAX_DRAWS):
             label = bool(rng.random() < 0.5)
-            theory, num_predicates = self._theory(rng, label)
+            theory, num_predicates = self._theory(rng, label, depth)
             prompt = self._render(rng, theory, num_predicates)
             if self.in_test_split(prompt) == (split == "test"):
                 return {"prompt": prompt, "answer": str(label)}
         raise ValueError(f"no {split} problem found in {_MAX_DRAWS} draws for {self}")
+
+    def difficulty(self, index: int, split: str) -> int:
+        """The proof depth example `index` of `split` was built with (a curriculum level).
+
+        For a True example this is the minimal proof depth of the query; for a False one, the
+        depth of the chain before a link was broken. Read from the example's generator
+        without building the problem, so it is cheap.
+        """
+        return self._depth(self.example_rng(index, split))
 
     def reward(self, completion: str, answer: str) -> float:
         """1.0 if the completion's last "True"/"False" word (any case) matches the answer."""
@@ -176,7 +202,12 @@ class LogicTask(GeneratedSplits):
         """A supervised warm start teaches the bare answer word."""
         return answer
 
-    def _theory(self, rng: np.random.Generator, label: bool) -> tuple[_Theory, int]:
+    def _depth(self, rng: np.random.Generator) -> int:
+        """The example's proof depth: the example generator's first draw, when there is one."""
+        low = self.depth if self.min_depth is None else self.min_depth
+        return self.depth if low == self.depth else int(rng.integers(low, self.depth + 1))
+
+    def _theory(self, rng: np.random.Generator, label: bool, depth: int) -> tuple[_Theory, int]:
         level = LEVELS.index(self.logic)
         b = _Builder(rng, negation=level >= 3)
         facts: list[Clause] = []
@@ -189,10 +220,10 @@ class LogicTask(GeneratedSplits):
             steps = 1
         else:
             facts.append(frozenset({prev}))
-        while steps < self.depth:
+        while steps < depth:
             kinds = ["if"] + ["and"] * (level >= 1) + ["cases"] * (level >= 2)
             kind = kinds[int(rng.integers(len(kinds)))]
-            if kind == "cases" and steps + 2 <= self.depth:
+            if kind == "cases" and steps + 2 <= depth:
                 x, y, nxt = b.fresh(), b.fresh(), b.fresh()
                 rules += [((prev,), frozenset({x, y}))]
                 rules += [((x,), frozenset({nxt})), ((y,), frozenset({nxt}))]
@@ -214,8 +245,10 @@ class LogicTask(GeneratedSplits):
         chain_predicates = len(b.polarity)
         distractor_facts, distractor_rules = self._distractors(rng, b, level, chain_predicates)
         got = prove(facts + distractor_facts, rules + distractor_rules).get(frozenset({query}))
-        if got != (self.depth if label else None):  # the construction guarantees this
-            raise AssertionError(f"proof depth {got} for a {label} instance of {self}")
+        if got != (depth if label else None):  # the construction guarantees this
+            raise AssertionError(
+                f"proof depth {got} for a depth-{depth} {label} instance of {self}"
+            )
         entity_facts = [facts + distractor_facts]
         for _ in range(1, self.num_entities if level == 4 else 1):
             pool = original_facts + distractor_facts  # other entities may prove the query
