@@ -84,8 +84,9 @@ def get_config() -> ConfigDict:
 
     # How rewards are computed: workers=0 in the driver's process; workers > 0 on a pool of
     # kind="thread" or "process" workers (process: calls past timeout_s are killed). A failed
-    # call scores 0 and is counted; timeout_s=0 is no limit.
-    config.reward = ConfigDict(dict(workers=0, kind="thread", timeout_s=0.0))
+    # call scores 0 and is counted; timeout_s=0 is no limit. token_level=True scores with the
+    # task's token_rewards (in-process) for GAE to credit per token (algorithm.name="ppo").
+    config.reward = ConfigDict(dict(workers=0, kind="thread", timeout_s=0.0, token_level=False))
 
     # Which prompts each step trains on: "none" walks the shuffled train split. From a pool of
     # the split's first pool_size prompts, "heapa" picks at the reward-median boundary (HeaPA,

@@ -11,6 +11,10 @@ from rljax.objectives.kl import kl_penalty
 
 VALUES_KEY = "old_values"
 RETURNS_KEY = "returns"
+# Optional [B, T] per-token rewards from the host (e.g. code execution outcomes mapped to the
+# tokens that caused them, `rljax.rewards.code.token_level_rewards`); they replace the
+# sequence reward on the last token.
+TOKEN_REWARDS_KEY = "token_rewards"
 
 
 def last_token_rewards(rewards: jax.Array, mask: jax.Array) -> jax.Array:
@@ -92,7 +96,9 @@ def gae_advantages(
 ) -> Transform:
     """Transform: PPO's token advantages from the critic's values (`batch.extras["old_values"]`).
 
-    Token rewards are the sequence reward on the last valid token minus, when `kl_coef > 0`,
+    Token rewards are `batch.extras["token_rewards"]` when the batch has them (a task's
+    token-level reward, `reward.token_level`), else the sequence reward on the last valid
+    token; minus, when `kl_coef > 0`,
     kl_coef * KL(pi_old || ref) per token (the KL-in-reward of "Training language models to
     follow instructions with human feedback", Ouyang et al. 2022). GAE gives the advantages and
     the value targets `batch.extras["returns"]`; the advantages are then whitened over the
@@ -126,7 +132,10 @@ def gae_advantages(
             )
         mask = batch.completion_mask
         values = batch.extras[VALUES_KEY]
-        rewards = last_token_rewards(batch.rewards, mask)
+        if TOKEN_REWARDS_KEY in batch.extras:
+            rewards = jnp.where(mask, batch.extras[TOKEN_REWARDS_KEY], 0.0)
+        else:
+            rewards = last_token_rewards(batch.rewards, mask)
         if kl_coef:
             kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, kl_estimator)
             rewards = rewards - kl_coef * jnp.where(mask, kl, 0.0)

@@ -248,3 +248,25 @@ def encode_prompts(
             tokens[row, max_len - len(ids) :] = ids
             mask[row, max_len - len(ids) :] = True
     return tokens, mask
+
+
+def char_spans(tokenizer: Tokenizer, ids: Iterable[int]) -> np.ndarray:
+    """[n, 2] (start, end) character span of each token in `tokenizer.decode(ids)`.
+
+    For token-level rewards that blame a span of the text (e.g. a failing line of code). When
+    decoding token by token reproduces the whole text (byte-level BPE on ASCII, the byte
+    tokenizer on ASCII) the spans are the pieces' lengths; otherwise they come from the lengths
+    of the decoded prefixes, clipped to the text and made non-decreasing, so spans never
+    overlap and a character split over several tokens (a UTF-8 sequence over byte tokens) lies
+    in one of them. Special tokens dropped by `decode` get empty spans.
+    """
+    ids = [int(i) for i in ids]
+    text = tokenizer.decode(ids)
+    pieces = [len(tokenizer.decode([i])) for i in ids]
+    if sum(pieces) == len(text) and "".join(tokenizer.decode([i]) for i in ids) == text:
+        ends = np.cumsum(pieces, dtype=np.int64)
+    else:
+        prefix = [len(tokenizer.decode(ids[: t + 1])) for t in range(len(ids))]
+        ends = np.minimum.accumulate(np.minimum(prefix, len(text))[::-1])[::-1].astype(np.int64)
+    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    return np.stack([starts, ends], axis=1) if ids else np.zeros((0, 2), np.int64)

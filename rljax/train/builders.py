@@ -92,6 +92,20 @@ def validate_config(config: ConfigDict) -> None:
     build_rollout_weights(config)
     build_rollout_correction(config)
     build_scorer(config)
+    if token_level_rewards(config):
+        if config.algorithm.name != "ppo":
+            raise ValueError(
+                "reward.token_level=True: token rewards are credited by GAE; use "
+                f"algorithm.name='ppo', not {config.algorithm.name!r}"
+            )
+        if config.get("lope") and config.lope.get("num_perturbed", 0):
+            raise ValueError(
+                "reward.token_level does not combine with lope (set lope.num_perturbed=0)"
+            )
+        if config.get("replay") and config.replay.get("name", "none") != "none":
+            raise ValueError(
+                "reward.token_level does not combine with replay (set replay.name='none')"
+            )
     selection = config.get("prompt_selection")
     if selection is not None and selection.name != "none":
         if selection.name not in PROMPT_SELECTORS:
@@ -321,6 +335,13 @@ def build_scorer(config: ConfigDict) -> Callable[..., Any]:
     return functools.partial(
         score_completions_parallel, timeout_s=timeout_s, max_workers=workers, kind=kind
     )
+
+
+def token_level_rewards(config: ConfigDict) -> bool:
+    """`reward.token_level`: score with the task's `token_rewards` and credit each token its own
+    reward in GAE (code execution outcomes mapped to the tokens that caused them)."""
+    section = config.get("reward")
+    return bool(section is not None and section.get("token_level", False))
 
 
 def build_optimizer(t: ConfigDict) -> optax.GradientTransformation:

@@ -24,7 +24,7 @@ import numpy as np
 from rljax.core.batch import Batch, make_batch
 from rljax.data import decode_answers, decode_prompts
 from rljax.data.tasks import Task
-from rljax.models.tokenizer import Tokenizer
+from rljax.models.tokenizer import Tokenizer, char_spans
 from rljax.rewards import score_completions
 from rljax.rewards.base import Outcome, check_value, tally_outcomes
 from rljax.rollout.cuts import training_rollout_logprobs
@@ -98,6 +98,45 @@ def score_groups(
     return tally_outcomes(outcomes)
 
 
+def score_rollout_tokens(
+    task: Task, tokenizer: Tokenizer, prompts: dict, tokens, mask, repeats: int
+) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """Rewards [N * repeats], per-token rewards [N * repeats, T] and failure counts, from the
+    task's `token_rewards(completion, answer, spans) -> (reward, [n] token rewards)` (n: the
+    row's real completion tokens, `spans` their character spans in the completion text).
+
+    In this process, one completion after another (a code task's sandbox bounds each call's
+    time); a call that raises or returns a non-finite or wrongly shaped result scores 0 on
+    every token and is counted, as `score_completions` does.
+    """
+    tokens, mask = np.asarray(tokens), np.asarray(mask, bool)
+    answers = [a for a in decode_answers(prompts) for _ in range(repeats)]
+    outcomes: list[Outcome] = []
+    per_token = np.zeros(tokens.shape, np.float32)
+    for i, (row, keep, answer) in enumerate(zip(tokens, mask, answers)):
+        ids = [int(t) for t in row[keep]]
+        try:
+            total, values = task.token_rewards(
+                tokenizer.decode(ids), answer, char_spans(tokenizer, ids)
+            )
+        except Exception as err:  # contained by design, like score_completions
+            outcomes.append((0.0, "exception", repr(err)))
+            continue
+        values = np.asarray(values, np.float32)
+        outcome = check_value(total)
+        if outcome[1] is None and (values.shape != (len(ids),) or not np.isfinite(values).all()):
+            outcome = (
+                0.0,
+                "wrong_type",
+                f"token rewards of shape {values.shape}, not ({len(ids)},)",
+            )
+        outcomes.append(outcome)
+        if outcome[1] is None:
+            per_token[i, keep] = values
+    rewards, failures = tally_outcomes(outcomes)
+    return rewards, per_token, failures
+
+
 def informative_groups(rewards: np.ndarray, group_size: int) -> np.ndarray:
     """[B/G] bool: groups whose rewards are not all equal (they carry a learning signal)."""
     r = np.asarray(rewards).reshape(-1, group_size)
@@ -115,6 +154,7 @@ def collect_batch(
     scorer: Scorer = score_completions,
     feedback: Callable[[dict[str, Any], np.ndarray, dict[str, np.ndarray]], None] | None = None,
     rescue: Callable[[dict[str, Any], dict[str, np.ndarray], int], dict[str, float]] | None = None,
+    token_level: bool = False,
 ) -> tuple[Batch, dict[str, float]]:
     """Draws prompts, samples `n_samples` completions each, scores them and builds the `Batch`.
 
@@ -137,6 +177,8 @@ def collect_batch(
         rollout_logprobs, rewards, and prompt_id [n_prompts]) and the draw's attempt number;
         may replace entries of the dict before the informative groups are counted (LoPE,
         `rljax.train.lope`) and returns metrics, summed over draws.
+      token_level: score with the task's `token_rewards` (`score_rollout_tokens`, in this
+        process) and put them in `extras["token_rewards"]` [B, T] (GAE uses them).
 
     Returns:
       The batch (rows grouped by prompt; `extras["prompt_id"]` holds each sample's task index)
@@ -155,9 +197,21 @@ def collect_batch(
         prompts = next(data)
         tokens, mask = jnp.asarray(prompts["prompt_tokens"]), jnp.asarray(prompts["prompt_mask"])
         out = rollout(tokens, mask, attempt)
-        rewards, fails = score_rollout(
-            task, tokenizer, prompts, out.completion_tokens, out.completion_mask, n_samples, scorer
-        )
+        token_rewards = None
+        if token_level:
+            rewards, token_rewards, fails = score_rollout_tokens(
+                task, tokenizer, prompts, out.completion_tokens, out.completion_mask, n_samples
+            )
+        else:
+            rewards, fails = score_rollout(
+                task,
+                tokenizer,
+                prompts,
+                out.completion_tokens,
+                out.completion_mask,
+                n_samples,
+                scorer,
+            )
         if feedback is not None:
             rollouts = {
                 "prompt_tokens": out.prompt_tokens,
@@ -169,6 +223,10 @@ def collect_batch(
         for k, v in fails.items():
             failures[k] = failures.get(k, 0) + v
         groups = _groups(prompts, out, rewards, n_samples)
+        if token_rewards is not None:
+            groups["token_rewards"] = token_rewards.reshape(
+                len(rewards) // n_samples, n_samples, -1
+            )
         if rescue is not None:
             for k, v in rescue(prompts, groups, attempt).items():
                 metrics[k] = metrics.get(k, 0.0) + v
@@ -242,8 +300,9 @@ def _to_batch(rows: dict[str, np.ndarray], g: int) -> Batch:
     n = len(rows["prompt_id"])
     flat = lambda x: x.reshape(n * g, *x.shape[2:])
     extras = {"prompt_id": jnp.asarray(np.repeat(rows["prompt_id"], g) % 2**31, jnp.int32)}
-    if "baseline_reward" in rows:
-        extras["baseline_reward"] = jnp.asarray(flat(rows["baseline_reward"]), jnp.float32)
+    for key in ("baseline_reward", "token_rewards"):
+        if key in rows:
+            extras[key] = jnp.asarray(flat(rows[key]), jnp.float32)
     return make_batch(
         flat(rows["prompt_tokens"]),
         flat(rows["prompt_mask"]),

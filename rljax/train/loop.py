@@ -55,6 +55,7 @@ from rljax.train.builders import (
     build_train_state,
     build_update_config,
     prompt_format,
+    token_level_rewards,
     validate_config,
 )
 from rljax.train.checkpoint import Checkpointer
@@ -139,6 +140,12 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
     algorithm = build_algorithm(config, model_config.vocab_size)
     optimizer = build_optimizer(t)
     scorer = build_scorer(config)
+    token_level = token_level_rewards(config)
+    if token_level and not hasattr(task, "token_rewards"):
+        raise ValueError(
+            f"reward.token_level=True needs a task with token_rewards(); task "
+            f"{config.task.name!r} has none"
+        )
 
     run_dir = os.path.abspath(config.run_dir)
     checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), t.max_checkpoints)
@@ -255,6 +262,7 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
                 scorer,
                 data.feedback if selected else None,
                 rescue,
+                token_level,
             )
             state, learned = learn(state, batch)
             metrics.update(learned)

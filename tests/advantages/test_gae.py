@@ -95,6 +95,19 @@ def test_transform_whitens_and_writes_returns():
     np.testing.assert_allclose(metrics["gae/explained_variance"], want_ev, rtol=1e-4)
 
 
+def test_host_token_rewards_replace_the_last_token_reward():
+    rng = np.random.default_rng(2)
+    mask = np.array([[1, 1, 1, 0], [1, 1, 1, 1]], bool)
+    values = (rng.normal(size=(2, 4)) * mask).astype(np.float32)
+    token_r = np.array([[0.0, -0.5, 1.0, 9.0], [0.2, 0.0, -0.25, 0.7]], np.float32)  # 9: masked
+    batch = make(np.array([5.0, 5.0], np.float32), mask, values)  # sequence rewards unused
+    batch = batch.replace(extras={**batch.extras, "token_rewards": token_r})
+    out, _, _ = gae_advantages(gamma=0.9, lam=0.8, whiten=False).apply(batch, (), CTX)
+    adv, ret = reference(token_r * mask, values, mask, 0.9, 0.8)
+    np.testing.assert_allclose(out.advantages, adv, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.extras["returns"], ret, rtol=1e-5, atol=1e-6)
+
+
 def test_kl_in_reward_lowers_every_token_reward():
     mask = np.ones((1, 3), bool)
     values = np.zeros((1, 3), np.float32)

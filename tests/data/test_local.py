@@ -10,7 +10,7 @@ import pytest
 from rljax.data import decode_answers, decode_prompts, prompt_batches, prompt_dataset, sft_dataset
 from rljax.data.tasks import Task
 from rljax.data.tasks.local import LocalTask, exact_match_reward, final_answer
-from rljax.models.tokenizer import ByteTokenizer
+from rljax.models.tokenizer import ByteTokenizer, char_spans
 
 GSM8K = [
     {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = <<3+4=7>>7\n#### 7"},
@@ -183,8 +183,6 @@ def test_custom_reward_fn_gets_the_final_answer(tmp_path):
 
 def test_mbpp_rows(tmp_path):
     path = write_jsonl(tmp_path / "mbpp.jsonl", MBPP)
-    with pytest.raises(ValueError, match=r'kind="code" needs reward_fn='):
-        LocalTask(path, test_path=path, kind="code")
     task = LocalTask(path, test_path=path, kind="code", reward_fn=run_tests)
     ex = task.example(0, "test")
     assert ex["prompt"] == (
@@ -290,3 +288,38 @@ def test_argument_errors(tmp_path):
         task.example(3, "train")
     with pytest.raises(ValueError, match=r"split='valid' is not one of"):
         task.split_size("valid")
+
+
+def test_code_rows_default_to_the_sandboxed_reward_and_map_it_to_tokens(tmp_path):
+    path = write_jsonl(tmp_path / "mbpp.jsonl", MBPP)
+    task = LocalTask(path, test_path=path, kind="code", line_penalty=0.6)
+    answer = task.example(0, "test")["answer"]
+    good = MBPP[0]["code"]
+    assert task.reward(good, answer) == pytest.approx(1.0)  # all four components full
+    tok = ByteTokenizer()
+    total, per_token = task.token_rewards(good, answer, char_spans(tok, tok.encode(good)))
+    assert total == pytest.approx(1.0) and per_token[-1] == pytest.approx(1.0)
+    assert per_token[:-1].sum() == 0
+    # The tests fail with a NameError raised on line 2: no test passes, so the total is the
+    # syntax, style and security weights (0.1 each); that line's tokens share the penalty and
+    # its last token (the completion's) also carries the total.
+    bad = "def add(a, b):\n    return a + undefined_name"
+    ids = tok.encode(bad)
+    total, per_token = task.token_rewards(bad, answer, char_spans(tok, ids))
+    line2 = np.arange(len(ids)) >= bad.index("\n") + 1
+    assert total == pytest.approx(0.3)
+    share = -0.6 / line2.sum()
+    np.testing.assert_allclose(per_token[line2][:-1], share, rtol=1e-6)
+    np.testing.assert_allclose(per_token[-1], share + 0.3, rtol=1e-6)
+    assert (per_token[~line2] == 0).all()
+    with pytest.raises(ValueError, match="code_timeout_s=0"):
+        LocalTask(path, test_path=path, kind="code", code_timeout_s=0)
+
+
+def test_token_rewards_of_other_kinds_sit_on_the_last_token(tmp_path):
+    path = write_jsonl(tmp_path / "gsm8k.jsonl", GSM8K)
+    task = LocalTask(path, test_path=path)
+    answer = task.example(0, "train")["answer"]
+    total, per_token = task.token_rewards("7", answer, np.array([[0, 1], [1, 1]]))
+    assert total == task.reward("7", answer)
+    np.testing.assert_array_equal(per_token, [0.0, total])

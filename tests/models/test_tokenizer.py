@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from rljax.models import ByteTokenizer, HFTokenizer, Tokenizer, encode_prompts
+from rljax.models.tokenizer import char_spans
 
 _STRINGS = [
     "",
@@ -191,3 +192,33 @@ def test_hf_tokenizer_errors(tmp_path):
         HFTokenizer.from_dir(_write(tmp_path / "a", raw))
     with pytest.raises(ValueError, match="eos_token '<eot>' from tokenizer_config.json"):
         HFTokenizer.from_dir(_write(tmp_path / "b", raw, tokenizer_config={"eos_token": "<eot>"}))
+
+
+def test_char_spans_cover_the_decoded_text():
+    tok = ByteTokenizer()
+    ids = tok.encode("ab") + [tok.eos_id]
+    np.testing.assert_array_equal(char_spans(tok, ids), [[0, 1], [1, 2], [2, 2]])  # EOS: empty
+    # "é" is two byte tokens and "€" three: spans never overlap, end at the text's length, and
+    # each character lies in exactly one token's span.
+    text = "aé€b"
+    ids = tok.encode(text)
+    spans = char_spans(tok, ids)
+    assert spans[-1, 1] == len(text) and (spans[1:, 0] == spans[:-1, 1]).all()
+    owners = [[i for i, (s, e) in enumerate(spans) if s <= c < e] for c in range(len(text))]
+    assert [len(o) for o in owners] == [1] * len(text)
+    assert text[slice(*spans[-1])] == "b"
+
+
+class SpaceEatingTokenizer:
+    """Word tokens whose one-by-one decodes lose the separating space (as SentencePiece's
+    leading "▁" does), so spans must come from the decoded prefixes."""
+
+    words = ["x", "=", "1", "+", "y"]
+
+    def decode(self, ids, skip_special=True):
+        return " ".join(self.words[i] for i in ids)
+
+
+def test_char_spans_fall_back_to_prefix_decoding():
+    spans = char_spans(SpaceEatingTokenizer(), [0, 1, 2])  # "x = 1"
+    np.testing.assert_array_equal(spans, [[0, 1], [1, 3], [3, 5]])

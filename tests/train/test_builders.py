@@ -85,6 +85,7 @@ def test_algorithm_from_config_and_a_setting_it_does_not_take():
         ("replay.name", "per", "replay.name='per' is unknown"),
         ("replay.tau", 0.0, "tau=0.0"),
         ("lope.num_perturbed", -1, "num_perturbed=-1"),
+        ("reward.token_level", True, "use algorithm.name='ppo', not 'grpo'"),
         ("lope.max_prompt_len", 8, "lope.max_prompt_len=8 must exceed task.max_prompt_len=8"),
         ("reward.timeout_s", -2.0, "reward.timeout_s=-2.0"),
     ],

@@ -188,3 +188,41 @@ def test_group_rewards_score_each_group_together_and_contain_failures():
     batch, metrics = collect_batch(bind([0, 1, 2]), data, GroupTask(), TOKENIZER, G)
     np.testing.assert_array_equal(batch.rewards, [10, 11, 0, 0, 10, 11])
     assert metrics["reward/failures_exception"] == 2
+
+
+class TokenTask:
+    """Per-token rewards: +1 on each "a" token, -1 on each "b"; raises on "c"."""
+
+    def reward(self, completion: str, answer: str) -> float:
+        raise AssertionError("token_level scoring must not call reward")
+
+    def token_rewards(self, completion: str, answer: str, spans):
+        if "c" in completion:
+            raise RuntimeError("judge crashed")
+        values = np.array([{"a": 1.0, "b": -1.0}.get(completion[s:e], 0.0) for s, e in spans])
+        return float(values.sum()), values
+
+
+def test_token_level_rewards_reach_the_batch_per_token_and_failures_are_contained():
+    comps = {0: [97, 98, 258], 1: [97, 97, 256], 2: [99, 258, 256], 3: [98, 256, 256]}
+    mask = {0: [1, 1, 1], 1: [1, 1, 0], 2: [1, 1, 0], 3: [1, 0, 0]}
+
+    def rollout(tokens, mask_, attempt=0):
+        n = 4
+        return Rollout(
+            prompt_tokens=np.repeat(np.asarray(tokens), G, 0),
+            prompt_mask=np.repeat(np.asarray(mask_), G, 0),
+            completion_tokens=np.array([comps[i] for i in range(n)], np.int32),
+            completion_mask=np.array([mask[i] for i in range(n)], bool),
+            sampling_logprobs=np.zeros((n, 3), np.float32),
+            policy_logprobs=np.zeros((n, 3), np.float32),
+            group_id=np.arange(n) // G,
+        )
+
+    batch, metrics = collect_batch(
+        rollout, iter([prompts([0, 1])]), TokenTask(), TOKENIZER, G, token_level=True
+    )
+    want = [[1, -1, 0], [1, 1, 0], [0, 0, 0], [-1, 0, 0]]  # row 2 raised: zeros, counted
+    np.testing.assert_array_equal(batch.extras["token_rewards"], want)
+    np.testing.assert_array_equal(batch.rewards, [0, 2, 0, -1])
+    assert metrics["reward/failures_exception"] == 1

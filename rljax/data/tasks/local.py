@@ -26,6 +26,7 @@ import numpy as np
 
 from rljax.data.array_record import ArrayRecordRows
 from rljax.data.tasks.split_hash import unit_hash
+from rljax.rewards.code import CodeReward, code_reward, token_level_rewards
 from rljax.rewards.math import last_boxed, math_reward
 
 RewardFn = Callable[[str, str], float]
@@ -178,7 +179,10 @@ class LocalTask:
     unseen. The answer is JSON: {"tests": [asserts], "solution": code} ("solution"
     from MBPP's "code" column, when present and `keep_solution`; a non-empty
     "test_setup_code" is put first in "tests", since the asserts run in order after it).
-    The reward is `reward_fn(completion, json.dumps(tests))`, a sandboxed executor you pass.
+    The reward is the execution-aware `rljax.rewards.code.code_reward` (syntax, tests passed,
+    style, security; run in the sandbox with `code_timeout_s` and `code_memory_mb`), or
+    `reward_fn(completion, json.dumps(tests))` when given. `token_rewards` maps its outcome to
+    the completion's tokens (the failing line's tokens share `line_penalty`).
 
     Attributes:
       train_path: the train file (config key `task.train_path`).
@@ -193,8 +197,9 @@ class LocalTask:
       keep_solution: keep reference solutions in the answer for SFT. RL then needs
         `prompt_dataset(..., max_answer_len=...)` long enough for them.
       reward_fn: reward(completion, reference) replacing the kind's own, where reference is
-        the final answer (math), the answer (exact) or the JSON list of asserts (code);
-        required for kind="code".
+        the final answer (math), the answer (exact) or the JSON list of asserts (code).
+      code_timeout_s, code_memory_mb: the sandbox's limits for one completion and its tests.
+      line_penalty: kind="code" token rewards: the penalty shared by the failing line's tokens.
     """
 
     train_path: str
@@ -207,6 +212,9 @@ class LocalTask:
     seed: int = 0
     keep_solution: bool = True
     reward_fn: RewardFn | None = None
+    code_timeout_s: float = 2.0
+    code_memory_mb: int = 256
+    line_penalty: float = 0.5
     _splits: dict[str, _Split] = dataclasses.field(init=False, repr=False, compare=False)
 
     splits = ("train", "test")
@@ -214,10 +222,10 @@ class LocalTask:
     def __post_init__(self):
         if self.kind not in _KINDS:
             raise ValueError(f"kind={self.kind!r} must be one of {_KINDS}")
-        if self.kind == "code" and self.reward_fn is None:
+        if self.code_timeout_s <= 0 or self.code_memory_mb < 16:
             raise ValueError(
-                'kind="code" needs reward_fn=: a callable (completion, tests_json) -> float that '
-                "runs the completion against the JSON list of asserts in a sandbox"
+                f"code_timeout_s={self.code_timeout_s} must be > 0 and code_memory_mb="
+                f"{self.code_memory_mb} >= 16"
             )
         if self.test_path is None and not 0.0 < self.test_fraction < 1.0:
             raise ValueError(
@@ -248,9 +256,37 @@ class LocalTask:
             return self._to_example(s.rows[row], f"{s.path} row {row}")
         return s.rows[row]
 
+    def _code_reward(self, completion: str, answer: str) -> CodeReward:
+        tests = json.loads(answer)["tests"]
+        return code_reward(
+            completion, tests, timeout_s=self.code_timeout_s, memory_mb=self.code_memory_mb
+        )
+
+    def token_rewards(
+        self, completion: str, answer: str, spans: np.ndarray
+    ) -> tuple[float, np.ndarray]:
+        """The reward and its [n] per-token rewards, for tokens with character `spans` [n, 2]
+        (`rljax.models.tokenizer.char_spans`).
+
+        kind="code" with the built-in reward: `rljax.rewards.code.token_level_rewards` (the
+        total on the last token, `line_penalty` shared by the tokens of the line an error or
+        the first failing test points at). Otherwise the reward sits on the last token.
+        """
+        if self.kind == "code" and self.reward_fn is None:
+            result = self._code_reward(completion, answer)
+            tokens = token_level_rewards(completion, result, spans, line_penalty=self.line_penalty)
+            return result.total, tokens
+        total = self.reward(completion, answer)
+        tokens = np.zeros(len(spans), np.float32)
+        if len(tokens):
+            tokens[-1] = total
+        return total, tokens
+
     def reward(self, completion: str, answer: str) -> float:
         """The kind's reward of `completion` (or `reward_fn`'s) against the reference."""
         if self.kind == "code":
+            if self.reward_fn is None:
+                return self._code_reward(completion, answer).total
             tests = json.loads(answer)["tests"]
             return float(self.reward_fn(completion, json.dumps(tests)))
         reference = final_answer(answer) if self.kind == "math" else answer
