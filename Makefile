@@ -24,6 +24,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.rollout
+	$(PY) -m benchmarks.update
+	$(PY) -m benchmarks.memory
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -29,6 +29,15 @@ def get_config() -> ConfigDict:
             rope_theta=10000.0,
             dtype="float32",
             param_dtype="float32",
+            # Mixture of experts (from scratch only): num_experts > 0 replaces each MLP by
+            # top-experts_per_token routing over num_experts SwiGLU experts of width
+            # expert_d_ff (0: d_ff). The sampler's expert choices are replayed in training.
+            num_experts=0,
+            experts_per_token=2,
+            expert_d_ff=0,
+            # "block" recomputes each decoder block in the backward pass instead of keeping
+            # its activations (less memory for long completions, ~one more forward pass).
+            remat="none",
         )
     )
 
@@ -172,11 +181,14 @@ def get_config() -> ConfigDict:
             eval_every=50,
             checkpoint_every=50,
             max_checkpoints=2,
+            # Bounded staleness: sample with the policy of up to this many updates ago (the
+            # schedule of asynchronous RL, run in order); 0 is synchronous.
+            max_staleness=0,
             # Testing only: SIGKILL the process right after the checkpoint of this step is written.
             kill_at_step=-1,
         )
     )
 
-    # Device mesh; -1 takes all remaining devices.
-    config.mesh = ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+    # Device mesh; -1 takes all remaining devices. expert splits MoE experts over devices.
+    config.mesh = ConfigDict(dict(data=-1, fsdp=1, tensor=1, expert=1))
     return config

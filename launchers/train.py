@@ -2,20 +2,34 @@
 
 Any config value can be overridden on the command line, e.g. `--config.train.steps=10`.
 A typo in a key or a value of the wrong type stops the launcher with a one-line error.
+
+Multi-host: start the same command on every host with `--coordinator_address=HOST:PORT
+--num_processes=N --process_id=I` (or the JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES /
+JAX_PROCESS_ID environment variables); on TPU pods and SLURM `--num_processes=-1` lets
+`jax.distributed` find them. The mesh then spans every host's devices.
 """
 
 from __future__ import annotations
 
 import sys
 
+import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from rljax.parallel import distributed
 from rljax.train.loop import train
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Path to an ml_collections config.", lock_config=True
 )
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "host:port of process 0, for a multi-process run."
+)
+_NUM_PROCESSES = flags.DEFINE_integer(
+    "num_processes", None, "Processes in the run (1: single host; -1: detect, TPU pods/SLURM)."
+)
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in [0, N).")
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -40,6 +54,7 @@ def main(argv: list[str]) -> None:
         logging.set_verbosity(logging.WARNING)  # orbax and grain are chatty at INFO
     config = _CONFIG.value
     try:
+        distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
         logging.info("config:\n%s", config)
         records = train(config)
     except (ValueError, OSError) as err:
@@ -48,6 +63,8 @@ def main(argv: list[str]) -> None:
         if flags.FLAGS["verbosity"].present:
             raise
         sys.exit("error: " + " ".join(str(err).split()))
+    if jax.process_index() != 0:
+        return
     evals = [r for r in records if "eval/accuracy" in r]
     if evals:
         print(

@@ -3,6 +3,7 @@ prompts and SFT, and prompt samplers (`rljax.data.samplers`)."""
 
 from rljax.data.array_record import ArrayRecordRows, convert, write_array_record
 from rljax.data.pipeline import (
+    HostRows,
     decode_answers,
     decode_prompts,
     prompt_batches,
@@ -20,6 +21,7 @@ __all__ = [
     "write_array_record",
     "get_task",
     "prompt_dataset",
+    "HostRows",
     "prompt_batches",
     "sft_dataset",
     "decode_answers",

@@ -285,6 +285,46 @@ def prompt_batches(
     return iter(batched.to_iter_dataset(_READ_OPTIONS))
 
 
+class HostRows:
+    """This process's block of rows of every global batch from `batches`.
+
+    A multi-process run reads the GLOBAL batch stream on every process (the same seed, no
+    per-host shard) and keeps rows [i * B / n, (i + 1) * B / n) on process i of n: the block
+    the mesh gives its devices. So the run trains on the same batches whatever the number of
+    processes, and a multi-host run matches a single-host one. Reading prompts is cheap next
+    to sampling them; each process tokenizes all B.
+
+    Args:
+      batches: the global batch iterator (`prompt_batches` of an unsharded dataset).
+      process_index, process_count: this process and how many there are.
+    """
+
+    def __init__(self, batches: Any, process_index: int, process_count: int):
+        if not 0 <= process_index < process_count:
+            raise ValueError(f"process_index={process_index} not in [0, {process_count})")
+        self.batches = batches
+        self.index, self.count = process_index, process_count
+
+    def __iter__(self) -> HostRows:
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        batch = next(self.batches)
+        b = len(next(iter(batch.values())))
+        if b % self.count:
+            raise ValueError(
+                f"a global batch of {b} rows does not split over {self.count} processes"
+            )
+        rows = slice(self.index * b // self.count, (self.index + 1) * b // self.count)
+        return {k: np.asarray(v)[rows] for k, v in batch.items()}
+
+    def get_state(self) -> dict[str, Any]:
+        return self.batches.get_state()
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.batches.set_state(state)
+
+
 def decode_answers(batch: dict[str, Any]) -> list[str]:
     """The B answer strings of a batch (its `answer` [B, A] bytes and `answer_len` [B])."""
     answers = np.asarray(batch["answer"])

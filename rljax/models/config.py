@@ -11,6 +11,10 @@ _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.floa
 _ROPE_TYPES = ("default", "linear", "llama3")
 
 
+# How the training forward pass trades memory for recompute (`TransformerConfig.remat`).
+REMAT_POLICIES = ("none", "block")
+
+
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
     """Shape and numerics of a Llama/Qwen2-style decoder.
@@ -32,6 +36,18 @@ class TransformerConfig:
         tie_embeddings: the LM head reuses the token embedding matrix.
         dtype: compute dtype of activations and matmuls ("float32" or "bfloat16").
         param_dtype: storage dtype of parameters.
+        num_experts: 0 for the dense SwiGLU MLP; > 0 replaces every block's MLP with a
+            mixture of that many SwiGLU experts (`rljax.models.moe`, Qwen3-MoE / Mixtral style).
+        experts_per_token: top-k experts each token is routed to (MoE only).
+        expert_d_ff: hidden width of each expert; None means d_ff.
+        norm_topk_prob: True renormalises the k routing weights to sum to 1 (Qwen3-MoE; equal
+            to Mixtral's softmax over the top-k logits); False keeps the raw softmax
+            probabilities of the chosen experts (Qwen2-MoE `norm_topk_prob=False`).
+        remat: rematerialisation of the full forward pass (training, not sampling): "none"
+            keeps every block's activations for the backward pass; "block" keeps only each
+            block's input and recomputes the block in the backward pass (`jax.checkpoint`), so
+            the attention scores [B, heads, S, S] of one block at a time are live, for about
+            one more forward pass of compute.
     """
 
     vocab_size: int
@@ -49,8 +65,17 @@ class TransformerConfig:
     tie_embeddings: bool = False
     dtype: str = "float32"
     param_dtype: str = "float32"
+    num_experts: int = 0
+    experts_per_token: int = 2
+    expert_d_ff: int | None = None
+    norm_topk_prob: bool = True
+    remat: str = "none"
 
     def __post_init__(self):
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(
+                f"TransformerConfig.remat={self.remat!r} is unknown; choose one of {REMAT_POLICIES}"
+            )
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"TransformerConfig.{name}={getattr(self, name)} must be positive")
@@ -72,6 +97,17 @@ class TransformerConfig:
                 raise ValueError(
                     f"TransformerConfig.{name}={getattr(self, name)!r}; use one of {list(_DTYPES)}"
                 )
+        if self.num_experts < 0:
+            raise ValueError(
+                f"TransformerConfig.num_experts={self.num_experts} must be >= 0 (0 = dense MLP)"
+            )
+        if self.num_experts and not 1 <= self.experts_per_token <= self.num_experts:
+            raise ValueError(
+                f"TransformerConfig.experts_per_token={self.experts_per_token} must lie in "
+                f"[1, num_experts={self.num_experts}]"
+            )
+        if self.expert_d_ff is not None and self.expert_d_ff <= 0:
+            raise ValueError(f"TransformerConfig.expert_d_ff={self.expert_d_ff} must be positive")
         if isinstance(self.rope_scaling, dict):  # stored as sorted pairs so the config hashes
             object.__setattr__(self, "rope_scaling", tuple(sorted(self.rope_scaling.items())))
         if self.rope_scaling is not None:
@@ -85,6 +121,10 @@ class TransformerConfig:
     @property
     def resolved_head_dim(self) -> int:
         return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
+
+    @property
+    def resolved_expert_d_ff(self) -> int:
+        return self.expert_d_ff if self.expert_d_ff is not None else self.d_ff
 
     @property
     def rope_scaling_dict(self) -> dict[str, Any] | None:

@@ -5,7 +5,13 @@ The model is defined with flax.nnx and used functionally: `create_model` returns
 calls `forward(graphdef, params, ...)`, which merges them back into a module.
 
 Every parameter carries logical axis names (`rljax.parallel.rules` maps them to mesh axes):
-  vocab, embed, q_heads, kv_heads, head_dim, mlp, norm.
+  vocab, embed, q_heads, kv_heads, head_dim, mlp, norm (and expert in MoE models).
+
+With `config.num_experts > 0` every block's MLP is a top-k mixture of experts
+(`rljax.models.moe`). `hidden_states` / `forward` then take optional `routes`
+[B, T, n_layers, k] to replay recorded expert choices, and with `return_routes=True` return the
+routes used as a third output (None for dense models); without that flag every caller sees the
+same (output, cache) pair for dense and MoE models alike.
 
 Padding convention: `mask` marks real tokens; `positions` are RoPE positions (for left-padded
 prompts, `positions_from_mask(mask)`). A token attends to the earlier real tokens in the same
@@ -22,6 +28,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rljax.models.config import TransformerConfig
+from rljax.models.moe import MoEMLP
 
 _MASKED = -1e30  # finite, so a row with no visible key gives a uniform (not NaN) attention.
 
@@ -194,14 +201,27 @@ class MLP(nnx.Module):
 
 
 class Block(nnx.Module):
-    """Pre-norm decoder block: x + attn(norm(x)), then x + mlp(norm(x))."""
+    """Pre-norm decoder block: x + attn(norm(x)), then x + mlp(norm(x)); the MLP is a
+    mixture of experts when `config.num_experts > 0`."""
 
     def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
         pd = config.storage_dtype
         self.attn_norm = RMSNorm(config.d_model, config.rms_eps, pd, rngs=rngs)
         self.attn = Attention(config, rngs=rngs)
         self.mlp_norm = RMSNorm(config.d_model, config.rms_eps, pd, rngs=rngs)
-        self.mlp = MLP(config, rngs=rngs)
+        self.mlp = MoEMLP(config, rngs=rngs) if config.num_experts else MLP(config, rngs=rngs)
+
+
+def _block(layer: Block, x, positions, inv_freq, allowed, kv, index, routes, num_experts: int):
+    """One decoder block: (x, the block's new kv, the MoE routes it used or None)."""
+    out, kv = layer.attn(layer.attn_norm(x), positions, inv_freq, allowed, kv, index)
+    x = x + out
+    used = None
+    if num_experts:
+        out, used = layer.mlp(layer.mlp_norm(x), routes)
+    else:
+        out = layer.mlp(layer.mlp_norm(x))
+    return x + out, kv, used
 
 
 class Transformer(nnx.Module):
@@ -224,7 +244,9 @@ class Transformer(nnx.Module):
         positions: jax.Array,
         mask: jax.Array,
         cache: KVCache | None = None,
-    ) -> tuple[jax.Array, KVCache | None]:
+        routes: jax.Array | None = None,
+        return_routes: bool = False,
+    ):
         """Final-norm hidden states.
 
         Args:
@@ -233,13 +255,22 @@ class Transformer(nnx.Module):
           mask: [B, T] bool, real tokens (padding is False).
           cache: None for a full forward pass; else the tokens are written at slots
             `cache.index .. cache.index + T` and attend to every valid earlier slot.
+          routes: MoE only: None to route by each layer's router, or [B, T, n_layers, k] int
+            experts to replay (`rljax.models.moe`).
+          return_routes: also return the routes used.
 
         Returns:
-          hidden: [B, T, d_model] in the compute dtype, and the updated cache (or None).
+          hidden: [B, T, d_model] in the compute dtype, and the updated cache (or None); with
+          `return_routes`, a third output: the routes used [B, T, n_layers, k] int32 (None for
+          a dense model).
         """
         cfg = self.config
         chex.assert_rank([tokens, positions, mask], 2)
         chex.assert_equal_shape([tokens, positions, mask])
+        if routes is not None:
+            if not cfg.num_experts:
+                raise ValueError("routes were given but the model is dense (num_experts=0)")
+            chex.assert_shape(routes, (*tokens.shape, cfg.n_layers, cfg.experts_per_token))
         t = tokens.shape[1]
         if cache is None:
             q_slots = k_slots = jnp.arange(t)
@@ -251,22 +282,35 @@ class Transformer(nnx.Module):
         allowed = (k_slots[None, :] <= q_slots[:, None])[None] & k_valid[:, None, :]
         inv_freq = rope_frequencies(cfg)
         x = self.embed[...].astype(cfg.compute_dtype)[tokens]
-        new_keys, new_values = [], []
+        new_keys, new_values, used = [], [], []
+
+        def block(layer, x, positions, inv_freq, allowed, kv, index, routes):
+            return _block(
+                layer, x, positions, inv_freq, allowed, kv, index, routes, cfg.num_experts
+            )
+
+        if cfg.remat == "block" and cache is None:
+            block = nnx.remat(block)
         for i, layer in enumerate(self.layers):
             kv = None if cache is None else (cache.keys[i], cache.values[i])
             index = None if cache is None else cache.index
-            out, kv = layer.attn(layer.attn_norm(x), positions, inv_freq, allowed, kv, index)
-            x = x + out
-            x = x + layer.mlp(layer.mlp_norm(x))
+            layer_routes = None if routes is None else routes[:, :, i]
+            x, kv, layer_used = block(
+                layer, x, positions, inv_freq, allowed, kv, index, layer_routes
+            )
+            if cfg.num_experts:
+                used.append(layer_used)
             if kv is not None:
                 new_keys.append(kv[0])
                 new_values.append(kv[1])
         hidden = self.final_norm(x)
-        if cache is None:
-            return hidden, None
-        return hidden, KVCache(
-            keys=tuple(new_keys), values=tuple(new_values), valid=k_valid, index=cache.index + t
-        )
+        if cache is not None:
+            cache = KVCache(
+                keys=tuple(new_keys), values=tuple(new_values), valid=k_valid, index=cache.index + t
+            )
+        if not return_routes:
+            return hidden, cache
+        return hidden, cache, jnp.stack(used, axis=2) if used else None
 
     def output_head(self) -> jax.Array:
         """The [d_model, vocab] output matrix in the compute dtype (the embedding when tied)."""
@@ -281,10 +325,11 @@ class Transformer(nnx.Module):
             "...d,dv->...v", hidden, self.output_head(), preferred_element_type=jnp.float32
         )
 
-    def __call__(self, tokens, positions, mask, cache=None):
-        """Logits [B, T, V] (float32) and the updated cache; see `hidden_states`."""
-        hidden, cache = self.hidden_states(tokens, positions, mask, cache)
-        return self.logits(hidden), cache
+    def __call__(self, tokens, positions, mask, cache=None, routes=None, return_routes=False):
+        """Logits [B, T, V] (float32) and the updated cache (and the routes used, with
+        `return_routes`); see `hidden_states`."""
+        hidden, *rest = self.hidden_states(tokens, positions, mask, cache, routes, return_routes)
+        return self.logits(hidden), *rest
 
 
 def create_model(config: TransformerConfig, seed: int = 0) -> tuple[nnx.GraphDef, nnx.State]:
@@ -304,6 +349,13 @@ def forward(
     positions: jax.Array,
     mask: jax.Array,
     cache: KVCache | None = None,
-) -> tuple[jax.Array, KVCache | None]:
-    """Pure functional forward pass: float32 logits [B, T, V] and the updated cache."""
-    return nnx.merge(graphdef, params)(tokens, positions, mask, cache)
+    routes: jax.Array | None = None,
+    return_routes: bool = False,
+):
+    """Pure functional forward pass: float32 logits [B, T, V] and the updated cache.
+
+    MoE models take optional `routes` [B, T, n_layers, k] to replay; with `return_routes` a
+    third output holds the routes used (None for dense models). See `Transformer.hidden_states`.
+    """
+    model = nnx.merge(graphdef, params)
+    return model(tokens, positions, mask, cache, routes, return_routes)

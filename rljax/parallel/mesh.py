@@ -1,4 +1,4 @@
-"""The device mesh: named axes (data, fsdp, tensor), built in one place from the config."""
+"""The device mesh: named axes (data, fsdp, tensor, expert), built in one place from the config."""
 
 from __future__ import annotations
 
@@ -9,25 +9,35 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-MESH_AXES = ("data", "fsdp", "tensor")
+MESH_AXES = ("data", "fsdp", "tensor", "expert")
 
 
 def make_mesh(
-    data: int = 1, fsdp: int = 1, tensor: int = 1, devices: Sequence[jax.Device] | None = None
+    data: int = 1,
+    fsdp: int = 1,
+    tensor: int = 1,
+    devices: Sequence[jax.Device] | None = None,
+    expert: int = 1,
 ) -> Mesh:
-    """A Mesh with axes ("data", "fsdp", "tensor").
+    """A Mesh with axes ("data", "fsdp", "tensor", "expert").
 
-    One of the sizes may be -1: it takes whatever the device count leaves. `tensor` is the
-    fastest-varying axis, so tensor-parallel groups are neighbouring devices.
+    One of the sizes may be -1: it takes whatever the device count leaves. "expert" is the
+    fastest-varying axis and "tensor" the next, so expert- and tensor-parallel groups are
+    neighbouring devices (as in MaxText's axis order); with expert=1 the device layout is the
+    one of the three-axis mesh.
 
     Args:
       data: data-parallel replicas (batch split, parameters replicated).
       fsdp: fully-sharded data parallel (batch split, parameters sharded on "embed").
       tensor: tensor parallel (heads, MLP width and vocabulary sharded).
       devices: defaults to all of `jax.devices()`.
+      expert: expert parallel (the expert dimension of MoE weights sharded). The batch is NOT
+        split over it: an expert group holds the same rows, each device runs its experts on
+        all of them and the expert mixture is summed across the group; dense layers are
+        replicated across the group.
     """
     devices = list(jax.devices() if devices is None else devices)
-    sizes = [data, fsdp, tensor]
+    sizes = [data, fsdp, tensor, expert]
     if sizes.count(-1) > 1:
         raise ValueError(f"mesh sizes {dict(zip(MESH_AXES, sizes))}: at most one may be -1")
     if any(s == 0 or s < -1 for s in sizes):
@@ -42,7 +52,8 @@ def make_mesh(
         sizes[sizes.index(-1)] = len(devices) // rest
     if math.prod(sizes) != len(devices):
         raise ValueError(
-            f"mesh data={sizes[0]} x fsdp={sizes[1]} x tensor={sizes[2]} = {math.prod(sizes)} "
+            f"mesh data={sizes[0]} x fsdp={sizes[1]} x tensor={sizes[2]} x expert={sizes[3]} = "
+            f"{math.prod(sizes)} "
             f"devices, but {len(devices)} are available; set the sizes so their product is "
             f"{len(devices)} (one of them may be -1)"
         )

@@ -16,7 +16,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 MeshAxes = str | tuple[str, ...] | None
 
-# FSDP shards the model width, tensor parallelism the heads, MLP width and vocabulary.
+# FSDP shards the model width, tensor parallelism the heads, MLP width and vocabulary, expert
+# parallelism the expert dimension of MoE weights. The batch is not split over "expert" (see
+# `rljax.parallel.mesh.make_mesh`).
 DEFAULT_RULES: Mapping[str, MeshAxes] = {
     "batch": ("data", "fsdp"),
     "embed": "fsdp",
@@ -26,6 +28,7 @@ DEFAULT_RULES: Mapping[str, MeshAxes] = {
     "vocab": "tensor",
     "head_dim": None,
     "norm": None,
+    "expert": "expert",
 }
 
 

@@ -9,6 +9,10 @@ With CUTS on (`SamplingParams.cuts_top_k > 0`), Mixed-CUTS decodes the first
 round_half_up(n_samples * cuts_fraction) rows of every group with CUTS and the rest with the
 standard distribution, in one program: a static per-row mask selects between the two
 processed distributions (`rljax.rollout.cuts`).
+
+For a mixture-of-experts policy the experts every token was routed to (prompt tokens in the
+prefill, generated tokens as they are fed back) are recorded in `Rollout.routes`, so the
+trainer can replay them (`rljax.models.moe`).
 """
 
 from __future__ import annotations
@@ -42,6 +46,11 @@ class Rollout:
       cuts_rows: [N] bool, True on rows decoded with CUTS (all False with CUTS off); None when
         the producer did not record it (no CUTS rows). A trainer takes its rollout log-probs
         from `rljax.rollout.cuts.training_rollout_logprobs`.
+      routes: MoE policies only (None for dense ones): [N, P + T, n_layers, k] int32, the
+        experts each token of prompt + completion was routed to, aligned with
+        concatenate([prompt_tokens, completion_tokens], axis=1). Padding positions (prompt
+        padding and completion slots after the end) hold experts 0, 1, ..., k - 1; they are
+        masked wherever they are used.
     """
 
     prompt_tokens: jax.Array
@@ -52,6 +61,7 @@ class Rollout:
     policy_logprobs: jax.Array
     group_id: jax.Array
     cuts_rows: jax.Array | None = None
+    routes: jax.Array | None = None
 
 
 @functools.partial(
@@ -100,10 +110,21 @@ def generate(
     else:
         cuts_rows = jnp.zeros((rows,), bool)
 
-    cache = init_cache(model.config, rows, prompt_len + max_new_tokens)
+    config = model.config
+    moe = config.num_experts > 0
+    cache = init_cache(config, rows, prompt_len + max_new_tokens)
     positions = positions_from_mask(prompt_mask)
-    hidden, cache = model.hidden_states(prompt_tokens, positions, prompt_mask, cache)
+    hidden, cache, prompt_routes = model.hidden_states(
+        prompt_tokens, positions, prompt_mask, cache, return_routes=True
+    )
     logits = model.logits(hidden[:, -1])
+    if moe:  # padding positions hold experts 0 .. k-1
+        pad_routes = jnp.broadcast_to(
+            jnp.arange(config.experts_per_token, dtype=jnp.int32),
+            (rows, prompt_len + max_new_tokens, config.n_layers, config.experts_per_token),
+        )
+        keep = prompt_mask[:, :, None, None]
+        routes = pad_routes.at[:, :prompt_len].set(jnp.where(keep, prompt_routes, pad_routes[0, 0]))
 
     shape = (rows, max_new_tokens)
     init = dict(
@@ -118,6 +139,8 @@ def generate(
         sampling_logprobs=jnp.zeros(shape, jnp.float32),
         policy_logprobs=jnp.zeros(shape, jnp.float32),
     )
+    if moe:
+        init["routes"] = routes
 
     def cond(carry):
         return (carry["t"] < max_new_tokens) & ~jnp.all(carry["done"])
@@ -128,9 +151,20 @@ def generate(
         token, sampling_lp, policy_lp = sample_token(key, carry["logits"], sampling, cuts_rows)
         token = jnp.where(live, token, pad_id)
         write = lambda buf, col: jax.lax.dynamic_update_slice(buf, col[:, None], (0, t))
-        hidden, cache = model.hidden_states(
-            token[:, None], carry["position"][:, None], live[:, None], carry["cache"]
+        hidden, cache, step_routes = model.hidden_states(
+            token[:, None],
+            carry["position"][:, None],
+            live[:, None],
+            carry["cache"],
+            return_routes=True,
         )
+        extra = {}
+        if moe:
+            old = jax.lax.dynamic_slice_in_dim(carry["routes"], prompt_len + t, 1, axis=1)
+            new = jnp.where(live[:, None, None, None], step_routes, old)
+            extra["routes"] = jax.lax.dynamic_update_slice_in_dim(
+                carry["routes"], new, prompt_len + t, axis=1
+            )
         return dict(
             t=t + 1,
             cache=cache,
@@ -142,6 +176,7 @@ def generate(
             mask=write(carry["mask"], live),
             sampling_logprobs=write(carry["sampling_logprobs"], jnp.where(live, sampling_lp, 0.0)),
             policy_logprobs=write(carry["policy_logprobs"], jnp.where(live, policy_lp, 0.0)),
+            **extra,
         )
 
     out = jax.lax.while_loop(cond, body, init)
@@ -154,4 +189,5 @@ def generate(
         policy_logprobs=out["policy_logprobs"],
         group_id=jnp.arange(rows, dtype=jnp.int32) // n_samples,
         cuts_rows=cuts_rows,
+        routes=out["routes"] if moe else None,
     )

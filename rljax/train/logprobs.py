@@ -173,6 +173,7 @@ def policy_states(
     prompt_mask: jax.Array,
     completion_tokens: jax.Array,
     completion_mask: jax.Array,
+    routes: jax.Array | None = None,
 ) -> PolicyStates:
     """Runs the policy once over prompt + completion.
 
@@ -180,6 +181,8 @@ def policy_states(
       graphdef, params: the policy.
       prompt_tokens, prompt_mask: [B, P], left-padded.
       completion_tokens, completion_mask: [B, T].
+      routes: MoE policies only: None to route freely, or [B, P + T, n_layers, k] experts to
+        replay (`Rollout.routes`, routing replay; see `rljax.models.moe`).
 
     Returns:
       `PolicyStates`.
@@ -187,7 +190,7 @@ def policy_states(
     model = nnx.merge(graphdef, params)
     tokens = jnp.concatenate([prompt_tokens, completion_tokens], axis=1)
     mask = jnp.concatenate([prompt_mask, completion_mask], axis=1)
-    hidden, _ = model.hidden_states(tokens, positions_from_mask(mask), mask)
+    hidden, _ = model.hidden_states(tokens, positions_from_mask(mask), mask, routes=routes)
     p = prompt_tokens.shape[1]
     # The state after token i predicts token i + 1: states P-1 .. P+T-2 predict the completion.
     return PolicyStates(hidden[:, :p], hidden[:, p - 1 : -1], model.output_head())
@@ -201,6 +204,7 @@ def completion_logprobs(
     completion_tokens: jax.Array,
     completion_mask: jax.Array,
     chunk_size: int = 8192,
+    routes: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Teacher-forced log-probs and entropies of a completion given its prompt.
 
@@ -209,13 +213,14 @@ def completion_logprobs(
       prompt_tokens, prompt_mask: [B, P], left-padded.
       completion_tokens, completion_mask: [B, T].
       chunk_size: vocabulary chunk (see `token_stats`).
+      routes: MoE only: [B, P + T, n_layers, k] experts to replay (see `policy_states`).
 
     Returns:
       logprobs [B, T] and entropy [B, T] of the next-token distributions that produced each
       completion token, zero where `completion_mask` is False.
     """
     states = policy_states(
-        graphdef, params, prompt_tokens, prompt_mask, completion_tokens, completion_mask
+        graphdef, params, prompt_tokens, prompt_mask, completion_tokens, completion_mask, routes
     )
     stats = token_stats(states.completion_hidden, states.head, completion_tokens, chunk_size)
     zero = lambda x: jnp.where(completion_mask, x, 0.0)

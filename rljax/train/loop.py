@@ -8,6 +8,7 @@ after a crash produces the same metrics as one never stopped.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import os
@@ -22,10 +23,11 @@ import numpy as np
 import optax
 from absl import logging
 from flax import nnx
+from jax.sharding import Mesh, PartitionSpec
 from ml_collections import ConfigDict
 from tqdm.auto import tqdm
 
-from rljax.data import decode_answers, prompt_batches, prompt_dataset, sft_dataset
+from rljax.data import HostRows, decode_answers, prompt_batches, prompt_dataset, sft_dataset
 from rljax.data.samplers.curriculum import CurriculumSettings
 from rljax.data.selected import (
     CurriculumSelector,
@@ -34,10 +36,11 @@ from rljax.data.selected import (
     SelectedPromptBatches,
 )
 from rljax.data.tasks import Task
-from rljax.metrics.writers import MetricsWriter
+from rljax.metrics.writers import MetricsWriter, to_scalars
 from rljax.models.tokenizer import Tokenizer
+from rljax.parallel.distributed import allgather, fetch, to_global, to_local
 from rljax.parallel.mesh import make_mesh
-from rljax.parallel.rules import mesh_shardings, shard_params
+from rljax.parallel.rules import DEFAULT_RULES, mesh_shardings, shard_params
 from rljax.rollout.sampler import generate
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.builders import (
@@ -59,7 +62,7 @@ from rljax.train.builders import (
     validate_config,
 )
 from rljax.train.checkpoint import Checkpointer
-from rljax.train.collect import collect_batch, decode_completions
+from rljax.train.collect import collect_batch, decode_completions, rollout_metrics
 from rljax.train.sft import run_sft
 from rljax.train.steps import make_steps
 from rljax.train.uec import UECDriver
@@ -89,20 +92,27 @@ class Prompts:
 
 
 def evaluate(
-    graphdef, params, task: Task, prompts: Prompts, config: ConfigDict
+    graphdef, params, task: Task, prompts: Prompts, config: ConfigDict, mesh: Mesh | None = None
 ) -> dict[str, float]:
-    """Greedy accuracy and mean reward on the first `task.eval_size` held-out problems."""
+    """Greedy accuracy and mean reward on the first `task.eval_size` held-out problems.
+
+    With `mesh` (a multi-process run) every process feeds the whole, identical batch as a
+    replicated global array and reads all outputs back, so all report the same numbers.
+    """
     size, tokenizer = config.task.eval_size, prompts.tokenizer
     dataset = prompts.dataset(
         task, "test", seed=None, num_examples=size, shard_index=0, shard_count=1
     )
     rewards = []
     for batch in prompt_batches(dataset, min(size, config.train.prompts_per_step), num_epochs=1):
+        tokens, mask = batch["prompt_tokens"], batch["prompt_mask"]
+        if mesh is not None:
+            tokens, mask = to_global((tokens, mask), mesh, PartitionSpec())
         out = generate(
             graphdef,
             params,
-            jnp.asarray(batch["prompt_tokens"]),
-            jnp.asarray(batch["prompt_mask"]),
+            jnp.asarray(tokens),
+            jnp.asarray(mask),
             jax.random.PRNGKey(0),
             max_new_tokens=config.rollout.max_new_tokens,
             eos_id=tokenizer.eos_id,
@@ -110,7 +120,7 @@ def evaluate(
             sampling=SamplingParams(greedy=True),
         )
         texts = decode_completions(
-            tokenizer, np.asarray(out.completion_tokens), np.asarray(out.completion_mask)
+            tokenizer, fetch(out.completion_tokens), fetch(out.completion_mask)
         )
         rewards += [task.reward(c, a) for c, a in zip(texts, decode_answers(batch))]
     rewards = np.asarray(rewards, np.float32)
@@ -121,13 +131,25 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
     """Runs (or resumes) SFT warm start + RL as the config says; returns the logged records."""
     validate_config(config)
     t, n_samples = config.train, config.rollout.n_samples
-    mesh = make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    mesh = make_mesh(
+        config.mesh.data, config.mesh.fsdp, config.mesh.tensor, expert=config.mesh.get("expert", 1)
+    )
     batch_split = mesh.shape["data"] * mesh.shape["fsdp"]
     if t.prompts_per_step % batch_split:
         raise ValueError(
             f"train.prompts_per_step={t.prompts_per_step} is not "
             f"divisible by mesh data x fsdp = {batch_split}"
         )
+    if config.sft.steps > 0 and config.sft.batch_size % batch_split:
+        raise ValueError(
+            f"sft.batch_size={config.sft.batch_size} is not divisible by mesh data x fsdp = "
+            f"{batch_split}"
+        )
+    multi = jax.process_count() > 1
+    if multi:
+        _check_multi_process(config)
+    rows = PartitionSpec(DEFAULT_RULES["batch"])  # batch rows over the mesh's batch axes
+    lead = jax.process_index() == 0  # writes metrics and shows progress
     task = build_task(config)
     tokenizer, model_config, graphdef, params = build_policy(config)
     prompts = Prompts(
@@ -149,11 +171,15 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
 
     run_dir = os.path.abspath(config.run_dir)
     checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), t.max_checkpoints)
-    writer = MetricsWriter(run_dir)
+    writer = MetricsWriter(run_dir) if lead else None
     records: list[dict[str, float]] = []
 
     def log(step: int, metrics: dict[str, Any]) -> None:
-        records.append({"step": step, **writer.write(step, metrics)})
+        scalars = writer.write(step, metrics) if writer else to_scalars(metrics)
+        records.append({"step": step, **scalars})
+
+    def run_eval(params) -> dict[str, float]:
+        return evaluate(graphdef, params, task, prompts, config, mesh if multi else None)
 
     data = _train_prompts(config, task, prompts)
     selected = isinstance(data, SelectedPromptBatches)
@@ -163,16 +189,18 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
     driver_state = None
     if start is None:
         if config.sft.steps > 0:
-            params = _warm_start(graphdef, params, task, prompts, config, log)
+            params = _warm_start(graphdef, params, task, prompts, config, log, mesh)
         state, critic_graphdef = build_train_state(
             config, model_config, params, algorithm, optimizer
         )
         start = 0
-        log(0, evaluate(graphdef, state.params, task, prompts, config))
+        log(0, run_eval(state.params))
     else:
         like, critic_graphdef = build_train_state(
             config, model_config, params, algorithm, optimizer
         )
+        # Restore straight into the mesh's shardings (no cross-host transfer afterwards).
+        like = jax.device_put(like, mesh_shardings(like, mesh))
         state, data_state = checkpointer.restore(start, like)
         if algorithm.collection is not None or replay is not None:
             driver_state = checkpointer.restore_driver(start)
@@ -209,6 +237,7 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         initial=start,
         total=t.steps,
         dynamic_ncols=True,
+        disable=not lead,
     )
     last_eval = {k: v for k, v in records[-1].items() if k.startswith("eval/")} if records else {}
     uec = None
@@ -234,15 +263,23 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
             state_shardings=shardings,
         )
 
+    def rollout(state, tokens, mask, attempt=0):
+        """The sampler on this process's prompt rows -> this process's sample rows."""
+        tokens, mask = to_global((np.asarray(tokens), np.asarray(mask)), mesh, rows)
+        return to_local(steps.rollout(state, tokens, mask, attempt), mesh, rows)
+
     def learn(state, batch):
+        batch = to_global(batch, mesh, rows)  # this process's rows -> the global batch
         state, batch, prepare_metrics = steps.prepare(state, batch)
         state, update_metrics = steps.update(state, batch)
         return state, {**prepare_metrics, **update_metrics}
 
+    sampler = StalePolicy(t.get("max_staleness", 0))
     for step in bar:
         tick = time.perf_counter()
         done = step + 1
         if uec is None:
+            sampler_state, lag = sampler.state_for(state)
             logprobs = functools.partial(steps.logprobs, state)
             if selected:
                 data.set_policy(logprobs)
@@ -252,7 +289,7 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
                     lope, done, functools.partial(lope_rollout, state), logprobs
                 )
             batch, metrics = collect_batch(
-                functools.partial(steps.rollout, state),
+                functools.partial(rollout, sampler_state),
                 data,
                 task,
                 tokenizer,
@@ -264,11 +301,17 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
                 rescue,
                 token_level,
             )
+            if sampler.max_staleness:  # the sampler's policy version, per sample
+                version = jnp.full(batch.group_id.shape, int(state.step) - lag, jnp.int32)
+                batch = batch.replace(extras={**batch.extras, "policy_version": version})
+                metrics["staleness/versions"] = float(lag)
             state, learned = learn(state, batch)
             metrics.update(learned)
             if selected:
                 metrics.update(data.metrics())
-            tokens = float(np.asarray(batch.completion_mask).sum())
+            if multi:
+                metrics = _global_host_metrics(metrics, batch)
+            tokens = float(allgather(np.asarray(batch.completion_mask)).sum())
             if replay is not None:  # groups of earlier steps, then this step's go in
                 replayed, replay_metrics = replay.batch(done)
                 if replayed is not None:
@@ -298,7 +341,7 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         seconds = time.perf_counter() - tick
         metrics.update({"time/step_s": seconds, "time/tokens_per_s": tokens / seconds})
         if done % t.eval_every == 0 or done == t.steps:
-            last_eval = evaluate(graphdef, state.params, task, prompts, config)
+            last_eval = run_eval(state.params)
             metrics.update(last_eval)
         log(done, metrics)
         shown = {k: records[-1][k] for k in ("reward/mean", "entropy") if k in records[-1]}
@@ -309,12 +352,82 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
             checkpointer.save(done, state, data.get_state(), None if host is None else host.state())
             if done == t.kill_at_step:  # crash-safety tests: die hard once this is on disk
                 checkpointer.wait()
-                writer.close()
+                if writer:
+                    writer.close()
                 os.kill(os.getpid(), signal.SIGKILL)
     checkpointer.wait()
     checkpointer.close()
-    writer.close()
+    if writer:
+        writer.close()
     return records
+
+
+class StalePolicy:
+    """Bounded staleness: the sampler uses the policy of up to `max_staleness` updates ago.
+
+    The schedule of asynchronous RL (rollouts from a policy K versions old while the trainer
+    moves on), run in order so it is reproducible: each step samples with the oldest of the
+    last K + 1 parameter versions (fewer at the start of a run, and after a resume, which
+    starts the queue afresh). K = 0 is the synchronous loop, unchanged. The gap between
+    sampler and trainer shows in the `mismatch/*` metrics, and the rollout corrections
+    (`rollout_correction.name=tis|mis|ais`) correct it as they do quantized rollouts.
+
+    Args:
+      max_staleness: K >= 0 versions.
+    """
+
+    def __init__(self, max_staleness: int):
+        if max_staleness < 0:
+            raise ValueError(f"train.max_staleness={max_staleness} must be >= 0")
+        self.max_staleness = max_staleness
+        self.versions: collections.deque = collections.deque()
+
+    def state_for(self, state):
+        """(the state to sample with, how many versions older than `state` its params are)."""
+        if not self.max_staleness:
+            return state, 0
+        # A copy: the update donates the state's buffers.
+        self.versions.append(jax.tree.map(jnp.copy, state.params))
+        while len(self.versions) > self.max_staleness + 1:
+            self.versions.popleft()
+        return state.replace(params=self.versions[0]), len(self.versions) - 1
+
+
+def _check_multi_process(config: ConfigDict) -> None:
+    """What a multi-process run supports so far, checked before anything is compiled.
+
+    Every jitted step is one program across all processes, so each must call it in lockstep;
+    features that decide on host-local data whether to sample or score again (refill, LoPE,
+    UEC-RL's exploration, DARE's rescoring, replay) would not, and ReMax's greedy decoder is
+    not placed on the global mesh yet.
+    """
+    off = {
+        "rollout.max_refill_rounds": config.rollout.get("max_refill_rounds", 0) != 0,
+        "prompt_selection.name": config.get("prompt_selection", {}).get("name", "none") != "none",
+        "replay.name": config.get("replay", {}).get("name", "none") != "none",
+        "lope.num_perturbed": config.get("lope", {}).get("num_perturbed", 0) != 0,
+        "algorithm.name": config.algorithm.name in ("uec_rl", "remax"),
+    }
+    unsupported = [key for key, on in off.items() if on]
+    if unsupported:
+        raise ValueError(
+            f"{unsupported} are not supported with {jax.process_count()} processes yet; run them "
+            "on one host (any number of its devices)"
+        )
+
+
+def _global_host_metrics(local: dict[str, Any], batch) -> dict[str, float]:
+    """Host-side metrics of the whole batch from every process's rows: reward/accuracy/length
+    statistics recomputed over all rows, reward-failure counts summed, the rest averaged."""
+    keys = sorted(local)
+    values = allgather(np.asarray([[float(local[k]) for k in keys]], np.float64))
+    out = {
+        k: float(values[:, i].sum() if k.startswith("reward/failures_") else values[:, i].mean())
+        for i, k in enumerate(keys)
+    }
+    rewards = allgather(np.asarray(batch.rewards))
+    out.update(rollout_metrics(rewards, allgather(np.asarray(batch.completion_mask))))
+    return out
 
 
 def _train_prompts(config: ConfigDict, task: Task, prompts: Prompts):
@@ -324,7 +437,10 @@ def _train_prompts(config: ConfigDict, task: Task, prompts: Prompts):
     batch_size = config.train.prompts_per_step
     selection = config.get("prompt_selection")
     if selection is None or selection.name == "none":
-        return prompt_batches(prompts.dataset(task, "train", seed=config.seed), batch_size)
+        dataset = prompts.dataset(task, "train", seed=config.seed, shard_index=0, shard_count=1)
+        return HostRows(
+            prompt_batches(dataset, batch_size), jax.process_index(), jax.process_count()
+        )
     size = task.split_size("train")
     pool_size = selection.get("pool_size", 0) or size
     if pool_size is None:
@@ -376,9 +492,10 @@ def _mean_metrics(records: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def _warm_start(
-    graphdef, params, task: Task, prompts: Prompts, config: ConfigDict, log
+    graphdef, params, task: Task, prompts: Prompts, config: ConfigDict, log, mesh: Mesh
 ) -> nnx.State:
-    """SFT on the task's targets; logs its loss under sft/loss at negative steps."""
+    """SFT on the task's targets; logs its loss under sft/loss at negative steps. Each process
+    feeds its rows of the global batches, split over the mesh's batch axes."""
     s = config.sft
     dataset = sft_dataset(
         task,
@@ -387,13 +504,19 @@ def _warm_start(
         prompts.max_len,
         config.rollout.max_new_tokens,
         seed=config.seed + 1,
+        shard_index=0,
+        shard_count=1,
         format_prompt=prompts.format_prompt,
         add_bos=prompts.add_bos,
+    )
+    rows = PartitionSpec(DEFAULT_RULES["batch"])
+    local = HostRows(
+        prompt_batches(dataset, s.batch_size), jax.process_index(), jax.process_count()
     )
     return run_sft(
         graphdef,
         params,
-        prompt_batches(dataset, s.batch_size),
+        (to_global(b, mesh, rows) for b in local),
         s.steps,
         optax.adam(s.learning_rate),
         config.train.vocab_chunk,

@@ -77,7 +77,13 @@ def run_sft(
     fields = ("prompt_tokens", "prompt_mask", "completion_tokens", "completion_mask")
     step_fn = make_sft_step(graphdef, optimizer, vocab_chunk)
     opt_state = optimizer.init(params)
-    bar = tqdm(range(steps), desc="sft", unit="step", dynamic_ncols=True)
+    bar = tqdm(
+        range(steps),
+        desc="sft",
+        unit="step",
+        dynamic_ncols=True,
+        disable=jax.process_index() != 0,
+    )
     for i in bar:
         batch = next(batches)
         params, opt_state, loss = step_fn(params, opt_state, {k: batch[k] for k in fields})

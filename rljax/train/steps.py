@@ -29,6 +29,7 @@ from rljax.core.batch import Batch
 from rljax.core.state import TrainState
 from rljax.core.transform import Context, Metrics
 from rljax.entropy.covariance import logprob_advantage_covariance
+from rljax.models.moe import expert_load
 from rljax.objectives.kl import kl_penalty
 from rljax.parallel.rules import DEFAULT_RULES, MeshAxes
 from rljax.quant.mismatch import mismatch_metrics
@@ -39,6 +40,8 @@ from rljax.train.critic import critic_values
 from rljax.train.logprobs import PolicyStates, policy_states, token_hellinger, token_stats
 
 _ROLLOUT, _PREPARE, _UPDATE = 0, 1, 2
+# batch.extras key of an MoE rollout's expert choices [B, P + T, n_layers, k] (`Rollout.routes`).
+ROUTES_KEY = "routes"
 _AQN_SALT = 0x51
 
 # Per-token statistics of the pre-update policy that an algorithm may ask prepare to put in
@@ -144,6 +147,8 @@ def make_steps(
         )
 
     def states(params, batch: Batch) -> PolicyStates:
+        # MoE: the sampler's expert choices are replayed (routing replay), so the trainer
+        # scores each token through the experts that produced it.
         return policy_states(
             graphdef,
             params,
@@ -151,6 +156,7 @@ def make_steps(
             batch.prompt_mask,
             batch.completion_tokens,
             batch.completion_mask,
+            routes=batch.extras.get(ROUTES_KEY),
         )
 
     def stats(policy: PolicyStates, batch: Batch):
@@ -242,6 +248,11 @@ def make_steps(
                 old_logprobs, batch.advantages, mask
             ),
         }
+        if ROUTES_KEY in batch.extras:
+            valid = jnp.concatenate([batch.prompt_mask, batch.completion_mask], axis=1)
+            experts = nnx.merge(graphdef, state.params).config.num_experts
+            load = expert_load(batch.extras[ROUTES_KEY], valid, experts)
+            metrics.update({k: v for k, v in load.items() if k != "moe/load"})
         if rollout_config.weights.aqn_sigma_start > 0:
             metrics["quant/aqn_sigma"] = rollout_config.weights.sigma(state.step)
         return state.replace(transform_state=transform_state), batch, metrics

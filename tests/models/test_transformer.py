@@ -1,5 +1,7 @@
 """Transformer properties: config validation, GQA as repeated heads, dtypes, tied embeddings."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -98,3 +100,31 @@ def test_config_is_hashable_with_rope_scaling():
 def test_config_errors_name_the_field(changes, match):
     with pytest.raises(ValueError, match=match):
         TransformerConfig(**{**BASE, **changes})
+
+
+@pytest.mark.parametrize("experts", [0, 4])
+def test_block_remat_gives_the_same_loss_and_gradient_and_keeps_less(experts):
+    cfg = TransformerConfig(
+        vocab_size=40, d_model=16, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=32, num_experts=experts
+    )
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 40, (2, 64)), jnp.int32)
+    mask = jnp.ones_like(tokens, bool)
+
+    def loss_and_grad(remat):
+        graphdef, params = create_model(dataclasses.replace(cfg, remat=remat), seed=0)
+
+        def loss(p):
+            logits, _ = forward(graphdef, p, tokens, positions_from_mask(mask), mask)
+            return jax.nn.logsumexp(logits, -1).mean()
+
+        fn = jax.jit(jax.value_and_grad(loss))
+        temp = fn.lower(params).compile().memory_analysis().temp_size_in_bytes
+        return fn(params), temp
+
+    (value, grads), temp = loss_and_grad("none")
+    (value_r, grads_r), temp_r = loss_and_grad("block")
+    np.testing.assert_allclose(value_r, value, rtol=1e-6)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), grads_r, grads
+    )
+    assert temp_r < temp  # the blocks' activations are not all kept for the backward pass

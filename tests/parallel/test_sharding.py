@@ -128,4 +128,22 @@ def test_make_mesh_errors(sizes, match):
 
 
 def test_make_mesh_fills_minus_one():
-    assert dict(make_mesh(-1, 2, 2).shape) == {"data": 2, "fsdp": 2, "tensor": 2}
+    assert dict(make_mesh(-1, 2, 2).shape) == {"data": 2, "fsdp": 2, "tensor": 2, "expert": 1}
+    assert dict(make_mesh(2, 1, 1, expert=-1).shape) == {
+        "data": 2,
+        "fsdp": 1,
+        "tensor": 1,
+        "expert": 4,
+    }
+
+
+def test_expert_axis_is_fastest_varying_and_shards_only_expert_weights():
+    mesh = make_mesh(2, 1, 2, expert=2)
+    devices = np.asarray(jax.devices()).reshape(2, 1, 2, 2)  # data, fsdp, tensor, expert
+    np.testing.assert_array_equal(mesh.devices, devices)
+    assert logical_to_spec(("expert", "embed", "mlp"), (4, 32, 64), mesh) == PartitionSpec(
+        "expert", "fsdp", "tensor"
+    )
+    assert DEFAULT_RULES["batch"] == ("data", "fsdp")  # rows are not split over "expert"
+    with pytest.raises(ValueError, match="expert=3"):
+        make_mesh(1, 1, 1, expert=3)

@@ -98,6 +98,7 @@ def test_greedy_equals_stepwise_argmax(model):
         assert out.completion_tokens[row].tolist() == seq[-6:]
     assert bool(out.completion_mask.all())
     np.testing.assert_array_equal(out.sampling_logprobs, 0.0)
+    assert out.routes is None  # dense policy: no expert routes recorded
 
 
 def teacher_forced_logprobs(graphdef, params, out):

@@ -3,6 +3,7 @@
 import jax
 import numpy as np
 import pytest
+from flax import nnx
 
 from configs.grpo_addition import get_config
 from rljax.core.batch import make_batch
@@ -194,3 +195,18 @@ def test_cuts_settings_reach_the_sampler():
     config.rollout.cuts_fraction = 2.0
     with pytest.raises(ValueError, match="cuts_fraction"):
         build_rollout_config(config, ByteTokenizer())
+
+
+def test_model_remat_and_experts_from_config():
+    config = tiny_config()
+    config.model.update(remat="block", num_experts=4, experts_per_token=1)
+    _, model_config, graphdef, params = build_policy(config)
+    assert (model_config.remat, model_config.num_experts, model_config.experts_per_token) == (
+        "block",
+        4,
+        1,
+    )
+    assert nnx.merge(graphdef, params).config == model_config
+    config.model.remat = "everything"
+    with pytest.raises(ValueError, match="remat='everything' is unknown"):
+        build_policy(config)

@@ -247,3 +247,25 @@ def test_logprobs_and_chunked_rescoring_match_a_plain_forward_pass(setup):
     np.testing.assert_allclose(
         rescore(functools.partial(steps.logprobs, state), rows, 3), want, atol=1e-5
     )
+
+
+def test_moe_rollouts_are_replayed_in_prepare_and_report_expert_load():
+    moe = dataclasses.replace(CONFIG, num_experts=4, experts_per_token=2)
+    graphdef, params = create_model(moe, seed=0)
+    steps, state = build(graphdef, params)
+    prompts = jnp.asarray([[0, 5, 6], [7, 8, 9]], jnp.int32)
+    rollout = steps.rollout(state, prompts, prompts > 0)
+    batch = rollout_batch(steps, state, prompts, prompts > 0)
+    batch = batch.replace(extras={"routes": rollout.routes})
+    _, batch, metrics = steps.prepare(state, batch)
+    # The trainer scores every token through the sampler's experts: the same policy.
+    np.testing.assert_allclose(batch.old_logprobs, rollout.policy_logprobs, atol=1e-5)
+    valid = np.concatenate([rollout.prompt_mask, rollout.completion_mask], axis=1)
+    counts = np.zeros((moe.n_layers, 4))
+    for b, s in zip(*np.nonzero(valid)):
+        for layer in range(moe.n_layers):
+            np.add.at(counts[layer], np.asarray(rollout.routes)[b, s, layer], 1)
+    load = counts / counts.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(metrics["moe/load_max"], 4 * load.max(), rtol=1e-5)
+    state, update_metrics = steps.update(state, batch)
+    assert np.isfinite(float(update_metrics["loss"]))
