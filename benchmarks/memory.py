@@ -58,6 +58,7 @@ FULL = dict(
     prompt=64,
     lengths=(256, 512, 1024, 2048),
     small_chunk=2048,
+    attention_chunk=256,
 )
 QUICK = dict(
     model=TransformerConfig(
@@ -73,6 +74,7 @@ QUICK = dict(
     prompt=8,
     lengths=(16, 32),
     small_chunk=128,
+    attention_chunk=8,
 )
 
 
@@ -163,12 +165,13 @@ def main(argv: list[str] | None = None) -> dict:
     setup = QUICK if args.quick else FULL
     cfg, batch, prompt, small = (setup[k] for k in ("model", "batch", "prompt", "small_chunk"))
     remat = dataclasses.replace(cfg, remat="block")
+    chunked = dataclasses.replace(cfg, attention_chunk=setup["attention_chunk"])
     settings = {
         "no_chunking": (cfg, UpdateConfig(vocab_chunk=cfg.vocab_size)),
         f"chunk_{small}": (cfg, UpdateConfig(vocab_chunk=small)),
         f"chunk_{small}_micro_4": (cfg, UpdateConfig(vocab_chunk=small, microbatches=4)),
         f"chunk_{small}_remat": (remat, UpdateConfig(vocab_chunk=small)),
-        f"chunk_{small}_remat_micro_4": (remat, UpdateConfig(vocab_chunk=small, microbatches=4)),
+        f"chunk_{small}_attn_{chunked.attention_chunk}": (chunked, UpdateConfig(vocab_chunk=small)),
     }
     results = {}
     for name, (model, update) in settings.items():
@@ -181,6 +184,7 @@ def main(argv: list[str] | None = None) -> dict:
             points.append(point)
         results[name] = dict(
             remat=model.remat,
+            attention_chunk=model.attention_chunk,
             vocab_chunk=update.vocab_chunk,
             microbatches=update.microbatches,
             points=points,

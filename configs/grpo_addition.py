@@ -38,6 +38,9 @@ def get_config() -> ConfigDict:
             # "block" recomputes each decoder block in the backward pass instead of keeping
             # its activations (less memory for long completions, ~one more forward pass).
             remat="none",
+            # > 0: attention scores of this many queries at a time in training (linear memory
+            # in the sequence length instead of quadratic).
+            attention_chunk=0,
         )
     )
 

@@ -48,6 +48,10 @@ class TransformerConfig:
             block's input and recomputes the block in the backward pass (`jax.checkpoint`), so
             the attention scores [B, heads, S, S] of one block at a time are live, for about
             one more forward pass of compute.
+        attention_chunk: 0, or the number of queries whose attention scores a full forward
+            pass (training, prefill without a cache) computes at a time, each block
+            recomputed in the backward pass: attention memory grows linearly, not
+            quadratically, in the sequence length.
     """
 
     vocab_size: int
@@ -70,8 +74,13 @@ class TransformerConfig:
     expert_d_ff: int | None = None
     norm_topk_prob: bool = True
     remat: str = "none"
+    attention_chunk: int = 0
 
     def __post_init__(self):
+        if self.attention_chunk < 0:
+            raise ValueError(
+                f"TransformerConfig.attention_chunk={self.attention_chunk} must be >= 0 (0: off)"
+            )
         if self.remat not in REMAT_POLICIES:
             raise ValueError(
                 f"TransformerConfig.remat={self.remat!r} is unknown; choose one of {REMAT_POLICIES}"

@@ -124,6 +124,33 @@ def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.A
     return out.astype(x.dtype)
 
 
+def _attention_core(q, k, v, allowed, dt):
+    """softmax(q k^T / sqrt(d), masked) v for q [B, T, K, G, D] (G query heads per kv head),
+    k and v [B, S, K, D], allowed [B, T, S]; the scores in float32. Returns [B, T, K, G, D]."""
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
+    scores = scores / math.sqrt(q.shape[-1])
+    scores = jnp.where(allowed[:, None, None], scores, _MASKED)
+    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+    return jnp.einsum("bkgts,bskd->btkgd", probs, v)
+
+
+def _query_chunked_attention(q, k, v, allowed, dt, chunk: int):
+    """`_attention_core` over blocks of `chunk` queries at a time, each block rematerialised
+    in the backward pass: the [B, heads, chunk, S] scores of one block are live instead of
+    [B, heads, T, S], so training memory grows linearly in the sequence length. Each query
+    still sees every key, so no online softmax is needed; the result equals the unchunked one
+    up to float rounding."""
+    b, t = q.shape[:2]
+    n = -(-t // chunk)
+    pad = n * chunk - t
+    q = jnp.pad(q, ((0, 0), (0, pad)) + ((0, 0),) * 3)
+    allowed = jnp.pad(allowed, ((0, 0), (0, pad), (0, 0)))
+    blocks = lambda x: jnp.moveaxis(x.reshape(b, n, chunk, *x.shape[2:]), 1, 0)
+    core = jax.checkpoint(lambda qi, ai: _attention_core(qi, k, v, ai, dt))
+    out = jax.lax.map(lambda xs: core(*xs), (blocks(q), blocks(allowed)))
+    return jnp.moveaxis(out, 0, 1).reshape(b, n * chunk, *out.shape[3:])[:, :t]
+
+
 class Attention(nnx.Module):
     """Grouped-query self-attention with optional q/k/v and output biases."""
 
@@ -170,14 +197,13 @@ class Attention(nnx.Module):
             v_all = jax.lax.dynamic_update_slice(kv[1], v_all.astype(kv[1].dtype), start)
             kv = (k_all, v_all)
         b, t, h, hd = q.shape
-        groups = h // cfg.n_kv_heads
-        q = q.reshape(b, t, cfg.n_kv_heads, groups, hd)
-        scores = jnp.einsum("btkgd,bskd->bkgts", q, k_all, preferred_element_type=jnp.float32)
-        scores = scores / math.sqrt(hd)
-        scores = jnp.where(allowed[:, None, None], scores, _MASKED)
-        probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-        out = jnp.einsum("bkgts,bskd->btkgd", probs, v_all).reshape(b, t, h, hd)
-        out = jnp.einsum("bthk,hkd->btd", out, self.o_proj[...].astype(dt))
+        q = q.reshape(b, t, cfg.n_kv_heads, h // cfg.n_kv_heads, hd)
+        chunk = cfg.attention_chunk
+        if kv is None and 0 < chunk < t:
+            out = _query_chunked_attention(q, k_all, v_all, allowed, dt, chunk)
+        else:
+            out = _attention_core(q, k_all, v_all, allowed, dt)
+        out = jnp.einsum("bthk,hkd->btd", out.reshape(b, t, h, hd), self.o_proj[...].astype(dt))
         if cfg.o_bias:
             out = out + self.o_bias[...].astype(dt)
         return out, kv

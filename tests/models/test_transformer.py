@@ -128,3 +128,30 @@ def test_block_remat_gives_the_same_loss_and_gradient_and_keeps_less(experts):
         lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), grads_r, grads
     )
     assert temp_r < temp  # the blocks' activations are not all kept for the backward pass
+
+
+def test_query_chunked_attention_equals_full_attention_and_keeps_less():
+    cfg = TransformerConfig(**BASE)
+    tokens = jnp.asarray(np.random.default_rng(1).integers(0, 40, (2, 70)), jnp.int32)
+    mask = jnp.asarray(np.arange(70)[None, :] >= np.array([[0], [5]]))  # left padding in row 1
+
+    def loss_and_grad(chunk):
+        graphdef, params = create_model(dataclasses.replace(cfg, attention_chunk=chunk), seed=0)
+
+        def loss(p):
+            logits, _ = forward(graphdef, p, tokens, positions_from_mask(mask), mask)
+            return (jax.nn.logsumexp(logits, -1) * mask).sum()
+
+        fn = jax.jit(jax.value_and_grad(loss))
+        temp = fn.lower(params).compile().memory_analysis().temp_size_in_bytes
+        return fn(params), temp
+
+    (value, grads), temp = loss_and_grad(0)
+    (value_c, grads_c), temp_c = loss_and_grad(16)  # 70 = 4 x 16 + 6: a padded last block
+    np.testing.assert_allclose(value_c, value, rtol=1e-6)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), grads_c, grads
+    )
+    assert temp_c < temp
+    with pytest.raises(ValueError, match="attention_chunk=-1"):
+        TransformerConfig(**BASE, attention_chunk=-1)
