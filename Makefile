@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.rollout
 	$(PY) -m benchmarks.update
 	$(PY) -m benchmarks.memory
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(PY) -m benchmarks.reshard
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -193,5 +193,7 @@ def get_config() -> ConfigDict:
     )
 
     # Device mesh; -1 takes all remaining devices. expert splits MoE experts over devices.
-    config.mesh = ConfigDict(dict(data=-1, fsdp=1, tensor=1, expert=1))
+    # sampler_devices > 0 gives the sampler the first that many devices (its own mesh, the
+    # weights resharded onto it every step, time/reshard_s) and the trainer the rest.
+    config.mesh = ConfigDict(dict(data=-1, fsdp=1, tensor=1, expert=1, sampler_devices=0))
     return config

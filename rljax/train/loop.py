@@ -63,6 +63,7 @@ from rljax.train.builders import (
 )
 from rljax.train.checkpoint import Checkpointer
 from rljax.train.collect import collect_batch, decode_completions, rollout_metrics
+from rljax.train.sampler_mesh import SamplerDevices
 from rljax.train.sft import run_sft
 from rljax.train.steps import make_steps
 from rljax.train.uec import UECDriver
@@ -131,8 +132,19 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
     """Runs (or resumes) SFT warm start + RL as the config says; returns the logged records."""
     validate_config(config)
     t, n_samples = config.train, config.rollout.n_samples
+    sampler_devices = config.mesh.get("sampler_devices", 0)
+    devices = jax.devices()
+    if sampler_devices and not 0 < sampler_devices < len(devices):
+        raise ValueError(
+            f"mesh.sampler_devices={sampler_devices} must leave the trainer at least one of the "
+            f"{len(devices)} devices (0: the sampler shares the trainer's mesh)"
+        )
     mesh = make_mesh(
-        config.mesh.data, config.mesh.fsdp, config.mesh.tensor, expert=config.mesh.get("expert", 1)
+        config.mesh.data,
+        config.mesh.fsdp,
+        config.mesh.tensor,
+        devices=devices[sampler_devices:],
+        expert=config.mesh.get("expert", 1),
     )
     batch_split = mesh.shape["data"] * mesh.shape["fsdp"]
     if t.prompts_per_step % batch_split:
@@ -148,6 +160,11 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
     multi = jax.process_count() > 1
     if multi:
         _check_multi_process(config)
+    if sampler_devices and t.prompts_per_step % sampler_devices:
+        raise ValueError(
+            f"train.prompts_per_step={t.prompts_per_step} is not divisible by "
+            f"mesh.sampler_devices={sampler_devices} (the sampler splits prompts over them)"
+        )
     rows = PartitionSpec(DEFAULT_RULES["batch"])  # batch rows over the mesh's batch axes
     lead = jax.process_index() == 0  # writes metrics and shows progress
     task = build_task(config)
@@ -219,6 +236,17 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         shardings,
         critic_graphdef=critic_graphdef,
     )
+    rollout_mesh, rollout_steps, sampler_side = mesh, steps, None
+    if sampler_devices:  # the sampler on its own devices; weights resharded every step
+        sampler_side = SamplerDevices(
+            graphdef,
+            optimizer,
+            algorithm,
+            build_rollout_config(config, tokenizer),
+            make_mesh(-1, devices=devices[:sampler_devices]),
+            state.params,
+        )
+        rollout_mesh, rollout_steps = sampler_side.mesh, sampler_side.steps
     if replay is not None and driver_state is not None:
         replay.load(driver_state)
     if lope is not None:
@@ -265,8 +293,9 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
 
     def rollout(state, tokens, mask, attempt=0):
         """The sampler on this process's prompt rows -> this process's sample rows."""
-        tokens, mask = to_global((np.asarray(tokens), np.asarray(mask)), mesh, rows)
-        return to_local(steps.rollout(state, tokens, mask, attempt), mesh, rows)
+        tokens, mask = to_global((np.asarray(tokens), np.asarray(mask)), rollout_mesh, rows)
+        out = rollout_steps.rollout(state, tokens, mask, attempt)
+        return to_local(out, rollout_mesh, rows)
 
     def learn(state, batch):
         batch = to_global(batch, mesh, rows)  # this process's rows -> the global batch
@@ -280,6 +309,8 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         done = step + 1
         if uec is None:
             sampler_state, lag = sampler.state_for(state)
+            if sampler_side is not None:
+                sampler_state, reshard_s = sampler_side.reshard(sampler_state)
             logprobs = functools.partial(steps.logprobs, state)
             if selected:
                 data.set_policy(logprobs)
@@ -305,6 +336,8 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
                 version = jnp.full(batch.group_id.shape, int(state.step) - lag, jnp.int32)
                 batch = batch.replace(extras={**batch.extras, "policy_version": version})
                 metrics["staleness/versions"] = float(lag)
+            if sampler_side is not None:
+                metrics["time/reshard_s"] = reshard_s
             state, learned = learn(state, batch)
             metrics.update(learned)
             if selected:
@@ -407,6 +440,7 @@ def _check_multi_process(config: ConfigDict) -> None:
         "replay.name": config.get("replay", {}).get("name", "none") != "none",
         "lope.num_perturbed": config.get("lope", {}).get("num_perturbed", 0) != 0,
         "algorithm.name": config.algorithm.name in ("uec_rl", "remax"),
+        "mesh.sampler_devices": config.mesh.get("sampler_devices", 0) != 0,
     }
     unsupported = [key for key, on in off.items() if on]
     if unsupported:

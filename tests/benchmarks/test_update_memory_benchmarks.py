@@ -1,4 +1,4 @@
-"""Smoke tests of benchmarks/update.py and benchmarks/memory.py at their --quick sizes.
+"""Smoke tests of benchmarks/update.py, memory.py (at their --quick sizes) and reshard.py.
 
 Both scripts run in-process (their programs land in the suite's persistent compilation cache,
 so a repeated run mostly skips compiling) and write their JSON to a tmp dir.
@@ -10,7 +10,7 @@ import math
 import pytest
 from flax import nnx
 
-from benchmarks import memory, update
+from benchmarks import memory, reshard, update
 from rljax.models.config import TransformerConfig
 from rljax.models.transformer import create_model
 
@@ -91,3 +91,9 @@ def test_memory_quick_writes_report(tmp_path):
         )
         for p in r["points"]:
             assert p["peak"] == p["argument"] + p["output"] - p["alias"] + p["temp"]
+
+
+def test_reshard_timing_of_a_small_model():
+    out = reshard.time_reshard(64, 1, 128, sampler=4, repeats=1)
+    assert out["param_bytes"] == 4 * (32000 * 64 + 4 * 64 * 64 + 3 * 64 * 128 + 3 * 64)
+    assert out["seconds"] > 0 and out["gb_per_s"] > 0

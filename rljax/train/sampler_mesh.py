@@ -1,0 +1,80 @@
+"""The sampler on its own devices, with an explicit, timed weight resharding each step.
+
+Generation and training want different layouts (the sampler: small batches of long decodes,
+KV caches, often replicated or tensor-parallel weights; the trainer: FSDP-sharded weights and
+optimizer state). With `mesh.sampler_devices = n` the first n devices form the sampler's mesh
+(data-parallel over them) and the rest the trainer's; every step the policy's weights move
+from the trainer's layout to the sampler's in one `jax.device_put` (`reshard`), timed and
+logged as `time/reshard_s`: the step Tunix, Marin and MaxText users report as their
+bottleneck, here measured rather than hidden. Only what sampling needs moves (the weights, the
+step and the key); the optimizer state stays on the trainer.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import optax
+from flax import nnx
+from jax.sharding import Mesh
+
+from rljax.algorithms import Algorithm
+from rljax.core.state import TrainState
+from rljax.parallel.rules import param_shardings, replicated
+from rljax.train.steps import RolloutConfig, Steps, make_steps
+
+
+def sampler_view(state: TrainState) -> TrainState:
+    """The part of a train state that sampling reads: params, step and key."""
+    return TrainState(
+        step=state.step,
+        params=state.params,
+        opt_state=None,
+        ref_params=None,
+        transform_state=None,
+        rng=state.rng,
+    )
+
+
+class SamplerDevices:
+    """The sampler's mesh, its jitted rollout, and the reshard onto it.
+
+    Args:
+      graphdef, optimizer, algorithm, rollout_config: as for `make_steps`.
+      mesh: the sampler's mesh (its own devices).
+      params: the policy parameters (for their logical axes and shapes).
+    """
+
+    def __init__(
+        self,
+        graphdef: nnx.GraphDef,
+        optimizer: optax.GradientTransformation,
+        algorithm: Algorithm,
+        rollout_config: RolloutConfig,
+        mesh: Mesh,
+        params: nnx.State,
+    ):
+        self.mesh = mesh
+        self.shardings = TrainState(
+            step=replicated(mesh),
+            params=param_shardings(params, mesh),
+            opt_state=None,
+            ref_params=None,
+            transform_state=None,
+            rng=replicated(mesh),
+        )
+        self.steps: Steps = make_steps(
+            graphdef,
+            optimizer,
+            algorithm,
+            rollout_config,
+            mesh=mesh,
+            state_shardings=self.shardings,
+        )
+
+    def reshard(self, state: TrainState) -> tuple[TrainState, float]:
+        """(the sampler's copy of `state`'s params, step and key; seconds the move took)."""
+        start = time.perf_counter()
+        moved = jax.block_until_ready(jax.device_put(sampler_view(state), self.shardings))
+        return moved, time.perf_counter() - start
