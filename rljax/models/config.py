@@ -48,6 +48,8 @@ class TransformerConfig:
             block's input and recomputes the block in the backward pass (`jax.checkpoint`), so
             the attention scores [B, heads, S, S] of one block at a time are live, for about
             one more forward pass of compute.
+        causal: True for a left-to-right decoder; False lets every token attend to every
+            valid token (a masked-diffusion LM, `rljax.diffusion`).
         attention_chunk: 0, or the number of queries whose attention scores a full forward
             pass (training, prefill without a cache) computes at a time, each block
             recomputed in the backward pass: attention memory grows linearly, not
@@ -75,6 +77,7 @@ class TransformerConfig:
     norm_topk_prob: bool = True
     remat: str = "none"
     attention_chunk: int = 0
+    causal: bool = True
 
     def __post_init__(self):
         if self.attention_chunk < 0:

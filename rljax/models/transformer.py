@@ -305,7 +305,11 @@ class Transformer(nnx.Module):
             q_slots = cache.index + jnp.arange(t)
             k_slots = jnp.arange(cache.valid.shape[1])
             k_valid = jax.lax.dynamic_update_slice(cache.valid, mask, (0, cache.index))
-        allowed = (k_slots[None, :] <= q_slots[:, None])[None] & k_valid[:, None, :]
+        allowed = k_valid[:, None, :]
+        if cfg.causal:
+            allowed = (k_slots[None, :] <= q_slots[:, None])[None] & allowed
+        else:  # bidirectional (masked-diffusion LMs): every valid slot
+            allowed = jnp.broadcast_to(allowed, (allowed.shape[0], t, allowed.shape[2]))
         inv_freq = rope_frequencies(cfg)
         x = self.embed[...].astype(cfg.compute_dtype)[tokens]
         new_keys, new_values, used = [], [], []

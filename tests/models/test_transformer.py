@@ -155,3 +155,18 @@ def test_query_chunked_attention_equals_full_attention_and_keeps_less():
     assert temp_c < temp
     with pytest.raises(ValueError, match="attention_chunk=-1"):
         TransformerConfig(**BASE, attention_chunk=-1)
+
+
+def test_bidirectional_model_lets_past_tokens_see_future_ones():
+    tokens = jax.random.randint(jax.random.key(1), (2, 6), 0, 40)
+    changed = tokens.at[:, -1].set((tokens[:, -1] + 1) % 40)
+    cfg = TransformerConfig(**BASE, causal=False)
+    graphdef, params = create_model(cfg, seed=0)
+    mask = jnp.ones_like(tokens, bool)
+    a = forward(graphdef, params, tokens, positions_from_mask(mask), mask)[0]
+    b = forward(graphdef, params, changed, positions_from_mask(mask), mask)[0]
+    assert not np.allclose(a[:, 0], b[:, 0])  # the first token's logits see the last token
+    cfg_causal = TransformerConfig(**BASE)
+    a = forward(*create_model(cfg_causal, seed=0), tokens, positions_from_mask(mask), mask)[0]
+    b = forward(*create_model(cfg_causal, seed=0), changed, positions_from_mask(mask), mask)[0]
+    np.testing.assert_array_equal(a[:, :-1], b[:, :-1])
