@@ -272,6 +272,7 @@ class Transformer(nnx.Module):
         cache: KVCache | None = None,
         routes: jax.Array | None = None,
         return_routes: bool = False,
+        segment_ids: jax.Array | None = None,
     ):
         """Final-norm hidden states.
 
@@ -284,6 +285,8 @@ class Transformer(nnx.Module):
           routes: MoE only: None to route by each layer's router, or [B, T, n_layers, k] int
             experts to replay (`rljax.models.moe`).
           return_routes: also return the routes used.
+          segment_ids: None, or [B, T] int ids of packed sequences (full forward pass only): a
+            token attends only to tokens of its own segment (`rljax.train.packing`).
 
         Returns:
           hidden: [B, T, d_model] in the compute dtype, and the updated cache (or None); with
@@ -310,6 +313,10 @@ class Transformer(nnx.Module):
             allowed = (k_slots[None, :] <= q_slots[:, None])[None] & allowed
         else:  # bidirectional (masked-diffusion LMs): every valid slot
             allowed = jnp.broadcast_to(allowed, (allowed.shape[0], t, allowed.shape[2]))
+        if segment_ids is not None:
+            if cache is not None:
+                raise ValueError("segment_ids (packed sequences) need a full forward pass")
+            allowed = allowed & (segment_ids[:, :, None] == segment_ids[:, None, :])
         inv_freq = rope_frequencies(cfg)
         x = self.embed[...].astype(cfg.compute_dtype)[tokens]
         new_keys, new_values, used = [], [], []

@@ -443,13 +443,14 @@ def build_lope_rollout_config(
 
 
 def build_update_config(config: ConfigDict) -> UpdateConfig:
-    """Epochs, minibatches, micro-batches and the vocabulary chunk from `train.*`."""
+    """Epochs, minibatches, micro-batches, the vocabulary chunk and packing from `train.*`."""
     t = config.train
     return UpdateConfig(
         epochs=t.epochs,
         minibatches=t.minibatches,
         microbatches=t.microbatches,
         vocab_chunk=t.vocab_chunk,
+        pack_ratio=t.get("pack_ratio", 0.0),
     )
 
 

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rljax.models.transformer import positions_from_mask
+from rljax.train.packing import packed_hidden_states
 
 
 class TokenStats(NamedTuple):
@@ -174,6 +175,7 @@ def policy_states(
     completion_tokens: jax.Array,
     completion_mask: jax.Array,
     routes: jax.Array | None = None,
+    pack_rows: int = 0,
 ) -> PolicyStates:
     """Runs the policy once over prompt + completion.
 
@@ -183,6 +185,8 @@ def policy_states(
       completion_tokens, completion_mask: [B, T].
       routes: MoE policies only: None to route freely, or [B, P + T, n_layers, k] experts to
         replay (`Rollout.routes`, routing replay; see `rljax.models.moe`).
+      pack_rows: > 0 runs the pass on that many packed rows when the sequences fit
+      (`rljax.train.packing`; the same states, less padding); not with `routes`.
 
     Returns:
       `PolicyStates`.
@@ -190,7 +194,11 @@ def policy_states(
     model = nnx.merge(graphdef, params)
     tokens = jnp.concatenate([prompt_tokens, completion_tokens], axis=1)
     mask = jnp.concatenate([prompt_mask, completion_mask], axis=1)
-    hidden, _ = model.hidden_states(tokens, positions_from_mask(mask), mask, routes=routes)
+    positions = positions_from_mask(mask)
+    if pack_rows and routes is None:
+        hidden = packed_hidden_states(model, tokens, positions, mask, pack_rows)
+    else:
+        hidden, _ = model.hidden_states(tokens, positions, mask, routes=routes)
     p = prompt_tokens.shape[1]
     # The state after token i predicts token i + 1: states P-1 .. P+T-2 predict the completion.
     return PolicyStates(hidden[:, :p], hidden[:, p - 1 : -1], model.output_head())
@@ -205,6 +213,7 @@ def completion_logprobs(
     completion_mask: jax.Array,
     chunk_size: int = 8192,
     routes: jax.Array | None = None,
+    pack_rows: int = 0,
 ) -> tuple[jax.Array, jax.Array]:
     """Teacher-forced log-probs and entropies of a completion given its prompt.
 
@@ -214,13 +223,21 @@ def completion_logprobs(
       completion_tokens, completion_mask: [B, T].
       chunk_size: vocabulary chunk (see `token_stats`).
       routes: MoE only: [B, P + T, n_layers, k] experts to replay (see `policy_states`).
+      pack_rows: > 0 packs the sequences into that many rows (see `policy_states`).
 
     Returns:
       logprobs [B, T] and entropy [B, T] of the next-token distributions that produced each
       completion token, zero where `completion_mask` is False.
     """
     states = policy_states(
-        graphdef, params, prompt_tokens, prompt_mask, completion_tokens, completion_mask, routes
+        graphdef,
+        params,
+        prompt_tokens,
+        prompt_mask,
+        completion_tokens,
+        completion_mask,
+        routes,
+        pack_rows,
     )
     stats = token_stats(states.completion_hidden, states.head, completion_tokens, chunk_size)
     zero = lambda x: jnp.where(completion_mask, x, 0.0)

@@ -14,6 +14,7 @@ repeats a straight one exactly.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
@@ -38,6 +39,7 @@ from rljax.rollout.sampler import Rollout, generate
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.critic import critic_values
 from rljax.train.logprobs import PolicyStates, policy_states, token_hellinger, token_stats
+from rljax.train.packing import pack_plan
 
 _ROLLOUT, _PREPARE, _UPDATE = 0, 1, 2
 # batch.extras key of an MoE rollout's expert choices [B, P + T, n_layers, k] (`Rollout.routes`).
@@ -81,17 +83,25 @@ class UpdateConfig:
       microbatches: gradient-accumulation chunks per minibatch (memory, not maths: the
         accumulated gradient equals the minibatch gradient, see `aggregation_denominator`).
       vocab_chunk: vocabulary columns per chunk when computing log-probs and entropy.
+      pack_ratio: 0, or the trainer's forward passes pack each (micro)batch's sequences into
+        ceil(pack_ratio x rows) rows when they fit (`rljax.train.packing`: the same results,
+        less padding computed; the unpacked pass when they do not fit).
     """
 
     epochs: int = 1
     minibatches: int = 1
     microbatches: int = 1
     vocab_chunk: int = 8192
+    pack_ratio: float = 0.0
 
     def __post_init__(self):
         for name in ("epochs", "minibatches", "microbatches", "vocab_chunk"):
             if getattr(self, name) < 1:
                 raise ValueError(f"UpdateConfig.{name}={getattr(self, name)} must be >= 1")
+        if not 0.0 <= self.pack_ratio <= 1.0:
+            raise ValueError(
+                f"UpdateConfig.pack_ratio={self.pack_ratio} must be in [0, 1] (0: off)"
+            )
 
 
 class Steps(NamedTuple):
@@ -146,6 +156,9 @@ def make_steps(
             f"algorithm asks for unknown batch statistics {unknown}; known: {sorted(BATCH_STATS)}"
         )
 
+    def pack_rows(rows: int) -> int:
+        return math.ceil(cfg.pack_ratio * rows) if cfg.pack_ratio else 0
+
     def states(params, batch: Batch) -> PolicyStates:
         # MoE: the sampler's expert choices are replayed (routing replay), so the trainer
         # scores each token through the experts that produced it.
@@ -157,6 +170,7 @@ def make_steps(
             batch.completion_tokens,
             batch.completion_mask,
             routes=batch.extras.get(ROUTES_KEY),
+            pack_rows=pack_rows(batch.group_id.shape[0]),
         )
 
     def stats(policy: PolicyStates, batch: Batch):
@@ -248,6 +262,11 @@ def make_steps(
                 old_logprobs, batch.advantages, mask
             ),
         }
+        if cfg.pack_ratio and ROUTES_KEY not in batch.extras:
+            valid = jnp.concatenate([batch.prompt_mask, batch.completion_mask], axis=1)
+            metrics["pack/fits"] = pack_plan(valid, pack_rows(valid.shape[0])).fits.astype(
+                jnp.float32
+            )
         if ROUTES_KEY in batch.extras:
             valid = jnp.concatenate([batch.prompt_mask, batch.completion_mask], axis=1)
             experts = nnx.merge(graphdef, state.params).config.num_experts

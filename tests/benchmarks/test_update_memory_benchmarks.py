@@ -7,10 +7,11 @@ so a repeated run mostly skips compiling) and write their JSON to a tmp dir.
 import json
 import math
 
+import numpy as np
 import pytest
 from flax import nnx
 
-from benchmarks import memory, reshard, update
+from benchmarks import memory, packing, reshard, update
 from rljax.models.config import TransformerConfig
 from rljax.models.transformer import create_model
 
@@ -97,3 +98,12 @@ def test_reshard_timing_of_a_small_model():
     out = reshard.time_reshard(64, 1, 128, sampler=4, repeats=1)
     assert out["param_bytes"] == 4 * (32000 * 64 + 4 * 64 * 64 + 3 * 64 * 128 + 3 * 64)
     assert out["seconds"] > 0 and out["gb_per_s"] > 0
+
+
+def test_packing_benchmark_batch_is_ragged_within_its_bounds():
+    batch = packing.ragged_batch(64, 16, 64, vocab=50)
+    plen = np.asarray(batch.prompt_mask).sum(1)
+    clen = np.asarray(batch.completion_mask).sum(1)
+    assert plen.min() >= 4 and plen.max() <= 16 and clen.min() >= 8 and clen.max() <= 64
+    assert len(set(clen.tolist())) > 10  # ragged, not constant
+    assert np.asarray(batch.prompt_mask)[:, -1].all()  # left-padded prompts

@@ -269,3 +269,31 @@ def test_moe_rollouts_are_replayed_in_prepare_and_report_expert_load():
     np.testing.assert_allclose(metrics["moe/load_max"], 4 * load.max(), rtol=1e-5)
     state, update_metrics = steps.update(state, batch)
     assert np.isfinite(float(update_metrics["loss"]))
+
+
+def test_packed_prepare_and_update_equal_the_unpacked_ones(setup):
+    graphdef, params, _, _ = setup
+    rng = np.random.default_rng(0)
+    prompt_mask = np.arange(4)[None, :] >= 4 - np.array([2, 3, 1, 4, 2, 1, 3, 2])[:, None]
+    completion_mask = np.arange(6)[None, :] < np.array([1, 2, 3, 1, 2, 2, 1, 3])[:, None]
+    batch = make_batch(
+        np.where(prompt_mask, rng.integers(2, 30, (8, 4)), 0),
+        prompt_mask,
+        np.where(completion_mask, rng.integers(2, 30, (8, 6)), 0),
+        completion_mask,
+        np.repeat(np.arange(2), 4),
+        np.array([1.0, 0, 0, 1, 0, 1, 1, 0]),
+    )
+    results = []
+    for ratio in (0.0, 0.5):  # 8 sequences of <= 7 tokens fit in 4 rows of 10
+        steps, state = build(graphdef, params, UpdateConfig(pack_ratio=ratio), lr=0.1)
+        state, prepared, prepare_metrics = steps.prepare(state, batch)
+        state, update_metrics = steps.update(state, prepared)
+        results.append((prepared, prepare_metrics, update_metrics, state.params))
+    (a, ma, ua, pa), (b, mb, ub, pb) = results
+    assert float(mb["pack/fits"]) == 1.0 and "pack/fits" not in ma
+    np.testing.assert_allclose(b.old_logprobs, a.old_logprobs, atol=1e-5)
+    np.testing.assert_allclose(ub["loss"], ua["loss"], rtol=1e-5, atol=1e-7)
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, atol=1e-5), pb, pa)
+    with pytest.raises(ValueError, match="pack_ratio=1.5"):
+        UpdateConfig(pack_ratio=1.5)
