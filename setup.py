@@ -38,6 +38,7 @@ setup(
             "nbformat>=5.10",
             "ipykernel>=6.29",
             "matplotlib>=3.8",
+            "scipy>=1.13",  # exact integrals and chi-square tests (tests/diffusion)
             "ruff>=0.6",
         ],
         # Parity tests against Hugging Face transformers on the CPU torch wheel.

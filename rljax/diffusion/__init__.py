@@ -1,5 +1,27 @@
-"""Masked-diffusion language models (LLaDA-style): the policy and its block-wise sampler."""
+"""Masked-diffusion language models (LLaDA-style): the policy, its block-wise sampler, likelihood
+estimators and RL objectives."""
 
+from rljax.diffusion.likelihood import (
+    elbo_fixed_count,
+    elbo_random_t,
+    masked_token_logprobs,
+    one_pass_estimate,
+    rldf_logprobs,
+    rldf_states,
+    rldf_step_weights,
+    rldf_timesteps,
+    strata,
+    stratified_estimate,
+)
+from rljax.diffusion.objectives import (
+    daca_advantages,
+    daca_weights,
+    diffu_grpo_loss,
+    rldf_loss,
+    rspo_loss,
+    stable_steps,
+    wd1_loss,
+)
 from rljax.diffusion.policy import (
     DiffusionConfig,
     create_diffusion_model,
@@ -16,4 +38,21 @@ __all__ = [
     "DiffusionRollout",
     "diffusion_generate",
     "num_transfer_tokens",
+    "masked_token_logprobs",
+    "one_pass_estimate",
+    "elbo_random_t",
+    "elbo_fixed_count",
+    "strata",
+    "stratified_estimate",
+    "rldf_step_weights",
+    "rldf_timesteps",
+    "rldf_states",
+    "rldf_logprobs",
+    "diffu_grpo_loss",
+    "wd1_loss",
+    "rspo_loss",
+    "rldf_loss",
+    "stable_steps",
+    "daca_weights",
+    "daca_advantages",
 ]

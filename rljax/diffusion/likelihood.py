@@ -12,8 +12,10 @@ sequence estimate, so it plugs into the token-level objectives of `rljax.objecti
   `elbo_random_t`         LLaDA's ELBO, t ~ U(eps, 1), each token masked with prob t, 1/t weight.
   `elbo_fixed_count`      the same ELBO, l ~ U{1..L} tokens masked, weight L/l.
   `stratified_estimate`   DACA-GRPO's stratified masking: K passes, each masks one stratum.
-  `rldf_timesteps`, `rldf_states`  RLDF's weighted timestep sampling and (clipped) clean states,
-                          scored with `masked_token_logprobs`.
+  `rldf_timesteps`, `rldf_states`, `rldf_logprobs`  RLDF's weighted timestep sampling, the
+                          rollout's noisy states with (clipped) clean targets, and their scores.
+  `masked_token_logprobs` the one forward pass all of them share: log p of the clean tokens
+                          under a given mask.
 
 Conventions shared by every function:
   - `logits_fn(tokens [N, P + T] int32) -> [N, P + T, V] float32` takes the prompt followed by
@@ -23,7 +25,8 @@ Conventions shared by every function:
     closes over the model parameters, so gradients flow through the estimates.
   - Completion positions outside `completion_mask` (padding after EOS) are always fed as
     `mask_id`, never scored, and get estimate 0. A model whose padding is a real token
-    (LLaDA pads with EOS) should mark those positions valid.
+    (LLaDA pads with EOS) should mark those positions valid. Exception: `rldf_logprobs` feeds
+    the rollout's state x_s exactly, after-EOS tokens included, and only scores valid ones.
   - Randomness comes only from `rng`. The ratio of pi_theta to pi_old (and the KL to ref) is
     meaningful only if all three are evaluated on the same masks: callers pass the SAME `rng`
     to the estimator for theta, theta_old and ref (d1 draws one mask seed per inner iteration
@@ -152,7 +155,7 @@ def elbo_random_t(
 ) -> jax.Array:
     """LLaDA's ELBO of log pi(completion | prompt), random masking ratio, per token.
 
-    Nie et al. 2025, "Large Language Diffusion Models" (arXiv 2502.09992), eq. 3 / its SFT loss:
+    Nie et al. 2025, "Large Language Diffusion Models" (arXiv 2502.09992), its training loss:
     per sample and row, t = (1 - eps) u + eps with u ~ U(0, 1), each valid completion token is
     masked independently with probability t, and token i contributes (1/t) 1[i masked]
     log p(x_i | x_t, prompt); averaged over `num_samples` masks. The prompt is never masked.
@@ -204,9 +207,9 @@ def elbo_fixed_count(
 ) -> jax.Array:
     """LLaDA's lower-variance ELBO estimator: mask exactly l ~ U{1..L} tokens, weight L/l.
 
-    Nie et al. 2025 (arXiv 2502.09992), eq. 14 (the estimator LLaDA uses to evaluate
-    likelihoods): with L the number of valid completion tokens of a row, draw l uniformly in
-    {1..L}, mask a uniformly random subset of l valid tokens, and token i contributes
+    Nie et al. 2025 (arXiv 2502.09992), the estimator LLaDA uses to evaluate likelihoods:
+    with L the number of valid completion tokens of a row, draw l uniformly in {1..L}, mask a
+    uniformly random subset of l valid tokens, and token i contributes
     (L/l) 1[i masked] log p(x_i | x_l, prompt); averaged over `num_samples` masks. A mask S has
     probability (1/L) / C(L, |S|), so the expectation is exactly the eps = 0 ELBO of
     `elbo_random_t` (weight 1 / (|S| C(L, |S|))). Rows with no valid token give 0.
@@ -441,18 +444,20 @@ def rldf_logprobs(
     logits_fn: LogitsFn,
     prompt: jax.Array,
     completion: jax.Array,
-    completion_mask: jax.Array,
     masked: jax.Array,
     scored: jax.Array,
     mask_id: int,
 ) -> jax.Array:
     """Scores the clean tokens of RLDF states: one forward pass per chosen step.
 
+    The input of state j is the prompt and the completion with `mask_id` exactly where
+    `masked[:, j]` (the rollout's x_s, tokens after EOS included); the validity of tokens
+    enters only through `scored`.
+
     Args:
       logits_fn: the model, see the module docstring.
       prompt: [B, P] int32 prompt tokens.
-      completion: [B, T] int32 completion tokens.
-      completion_mask: [B, T] bool, True on real completion tokens.
+      completion: [B, T] int32 completion tokens, every generated position.
       masked: [B, k, T] bool, the states' masked positions (`rldf_states`).
       scored: [B, k, T] bool, the scored positions (`rldf_states`).
       mask_id: the MASK token id.
@@ -462,11 +467,12 @@ def rldf_logprobs(
     """
     chex.assert_rank([masked, scored], 3)
     chex.assert_equal_shape([masked, scored])
+    every_position = jnp.ones(completion.shape, bool)
 
     def score_one(state: tuple[jax.Array, jax.Array]) -> jax.Array:
         masked_j, scored_j = state
         logp = masked_token_logprobs(
-            logits_fn, prompt, completion, completion_mask, masked_j, None, mask_id
+            logits_fn, prompt, completion, every_position, masked_j, None, mask_id
         )
         return jnp.where(scored_j, logp, 0.0)
 

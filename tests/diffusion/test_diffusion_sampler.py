@@ -14,7 +14,7 @@ from rljax.diffusion.policy import create_diffusion_model, diffusion_config, mas
 from rljax.diffusion.sampler import diffusion_generate, num_transfer_tokens
 
 CONFIG = diffusion_config(
-    11, d_model=16, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=32, rope_theta=10.0
+    11, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32, rope_theta=10.0
 )
 MASK = CONFIG.mask_id
 V = CONFIG.model.vocab_size
@@ -52,7 +52,7 @@ def rollouts(model):
     """One rollout per sampler configuration, compiled once for the whole module."""
     return {
         "greedy": generate(model),
-        "sampled": generate(model, temperature=1.0, eos_id=7),
+        "sampled": generate(model, temperature=0.7, eos_id=7),
         "random": generate(model, remasking="random"),
     }
 
@@ -67,14 +67,8 @@ def replay_probs(model, rollout):
     states = np.stack([np.where(steps < s, tokens, MASK) for s in range(n_steps)])
     seqs = np.concatenate([np.broadcast_to(PROMPTS, (n_steps, *PROMPTS.shape)), states], -1)
     valid = np.concatenate([PROMPT_MASK, np.ones((3, G), bool)], -1)
-    flat = seqs.reshape(-1, P + G)
-    logits = LOGITS(
-        params=params,
-        graphdef=graphdef,
-        tokens=flat,
-        mask_id=MASK,
-        valid_mask=np.tile(valid, (n_steps, 1)),
-    )
+    flat, flat_valid = seqs.reshape(-1, P + G), np.tile(valid, (n_steps, 1))
+    logits = LOGITS(graphdef, params, flat, flat_valid, mask_id=MASK)
     logits = np.asarray(logits, np.float64).reshape(n_steps, 3, P + G, V)[:, :, P:]
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     return probs / probs.sum(-1, keepdims=True)
@@ -175,14 +169,39 @@ def test_completion_mask_ends_at_the_first_eos(rollouts):
 
 
 def test_same_key_same_rollout_and_sampling_varies_with_the_key(model, rollouts):
-    again = generate(model, temperature=1.0, eos_id=7)
+    again = generate(model, temperature=0.7, eos_id=7)
     for field in ("completion_tokens", "step_map", "token_probs"):
         np.testing.assert_array_equal(getattr(again, field), getattr(rollouts["sampled"], field))
-    others = [generate(model, rng=k, temperature=1.0, eos_id=7) for k in (1, 2)]
+    others = [generate(model, rng=k, temperature=0.7, eos_id=7) for k in (1, 2)]
     assert any(
         not np.array_equal(o.completion_tokens, rollouts["sampled"].completion_tokens)
         for o in others
     )
+
+
+def test_temperature_sampling_follows_the_tempered_softmax(model):
+    graphdef, params = model
+    rows, temperature = 2000, 0.7
+    prompt = jnp.broadcast_to(PROMPTS[2], (rows, P))
+    out = diffusion_generate(
+        graphdef,
+        params,
+        prompt,
+        jnp.ones((rows, P), bool),
+        jax.random.key(5),
+        gen_length=1,
+        block_size=1,
+        steps_per_block=1,
+        mask_id=MASK,
+        temperature=temperature,
+    )
+    seq = np.concatenate([np.asarray(PROMPTS[2:]), [[MASK]]], -1)
+    logits = np.asarray(LOGITS(graphdef, params, seq, np.ones((1, P + 1), bool), mask_id=MASK))
+    z = np.asarray(logits[0, P], np.float64) / temperature
+    expected = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    counts = np.bincount(np.asarray(out.completion_tokens)[:, 0], minlength=V) / rows
+    np.testing.assert_allclose(counts, expected, atol=0.04)
+    assert expected.max() < 0.9  # a spread distribution, so the check has teeth
 
 
 def test_invalid_arguments_are_rejected(model):

@@ -16,18 +16,6 @@ from scipy import integrate, special, stats
 
 from rljax.diffusion import likelihood as lk
 
-# jit with the model, mask id and counts static: one compile per call site instead of one per op.
-elbo_fixed_count = jax.jit(lk.elbo_fixed_count, static_argnums=(0, 5, 6))
-elbo_random_t = jax.jit(lk.elbo_random_t, static_argnums=(0, 5, 6, 7))
-masked_token_logprobs = jax.jit(lk.masked_token_logprobs, static_argnums=(0, 6))
-one_pass_estimate = jax.jit(lk.one_pass_estimate, static_argnums=(0, 5, 6))
-rldf_logprobs = jax.jit(lk.rldf_logprobs, static_argnums=(0, 6))
-rldf_states = lk.rldf_states
-rldf_step_weights = jax.jit(lk.rldf_step_weights, static_argnums=3)
-rldf_timesteps = jax.jit(lk.rldf_timesteps, static_argnums=(4, 5, 6))
-stratified_estimate = jax.jit(lk.stratified_estimate, static_argnums=(0, 5, 6))
-strata = jax.jit(lk.strata, static_argnums=1)
-
 V, MASK, P, T = 4, 4, 1, 3
 L_IN = P + T
 CODES = (V + 1) ** L_IN
@@ -35,6 +23,30 @@ CODES = (V + 1) ** L_IN
 
 def _code(tokens):
     return sum(tokens[..., j] * (V + 1) ** j for j in range(L_IN))
+
+
+def _with_table(estimator, static):
+    """jit of estimator(logits_fn, ...) taking the lookup table as a traced first argument.
+
+    One compile then serves every table of the same shape (compiles dominate the runtime).
+    """
+
+    def call(table, *args):
+        return estimator(lambda tokens: table[_code(tokens)], *args)
+
+    return jax.jit(call, static_argnums=static)
+
+
+elbo_fixed_count = _with_table(lk.elbo_fixed_count, (5, 6))
+elbo_random_t = _with_table(lk.elbo_random_t, (5, 6, 7))
+masked_token_logprobs = _with_table(lk.masked_token_logprobs, (6,))
+one_pass_estimate = _with_table(lk.one_pass_estimate, (5, 6))
+rldf_logprobs = _with_table(lk.rldf_logprobs, (5,))
+stratified_estimate = _with_table(lk.stratified_estimate, (5, 6))
+rldf_states = jax.jit(lk.rldf_states, static_argnums=4)
+rldf_step_weights = jax.jit(lk.rldf_step_weights, static_argnums=3)
+rldf_timesteps = jax.jit(lk.rldf_timesteps, static_argnums=(4, 5, 6))
+strata = jax.jit(lk.strata, static_argnums=1)
 
 
 def _random_table(seed):
@@ -54,11 +66,6 @@ def _conditional_table(joint):
             marg = np.bincount(states[consistent, i], probs[consistent], minlength=V)
             table[_code(tokens), i] = np.log(marg / marg.sum())
     return table
-
-
-def _logits_fn(table):
-    table = jnp.asarray(table)
-    return lambda tokens: table[_code(tokens)]
 
 
 def _np_logp(table, prompt, completion, masked):
@@ -115,9 +122,7 @@ def test_masked_token_logprobs_matches_lookup():
     valid = valid.at[1, 2].set(False)
     masked = jnp.array([[True, False, True], [False, True, False]])
     prompt_masked = jnp.array([[True], [False]])
-    out = masked_token_logprobs(
-        _logits_fn(table), prompt, completion, valid, masked, prompt_masked, MASK
-    )
+    out = masked_token_logprobs(table, prompt, completion, valid, masked, prompt_masked, MASK)
     want0 = _np_logp(table, np.array([MASK]), np.array([0, 3, 2]), np.array([1, 0, 1], bool))
     # The invalid position 2 of row 1 is fed as MASK and scored 0.
     want1 = _np_logp(table, np.array([2]), np.array([1, 1, 0]), np.array([0, 1, 1], bool))
@@ -130,12 +135,8 @@ def test_one_pass_masks_completion_and_prompt_at_rate_p():
     n = 2000
     prompt, completion, valid = _replicated(n)
     rng = jax.random.PRNGKey(3)
-    out = np.asarray(
-        one_pass_estimate(_logits_fn(table), prompt, completion, valid, rng, MASK, 0.3)
-    )
-    ref = np.asarray(
-        one_pass_estimate(_logits_fn(ref_table), prompt, completion, valid, rng, MASK, 0.3)
-    )
+    out = np.asarray(one_pass_estimate(table, prompt, completion, valid, rng, MASK, 0.3))
+    ref = np.asarray(one_pass_estimate(ref_table, prompt, completion, valid, rng, MASK, 0.3))
     everything = np.ones(T, bool)
     hidden = [
         [_np_logp(t, np.array([MASK]), c, everything) for _, c in ROWS] for t in (table, ref_table)
@@ -159,15 +160,11 @@ def test_one_pass_masks_completion_and_prompt_at_rate_p():
 def test_one_pass_with_no_prompt_masking_is_deterministic_lookup():
     table = _random_table(4)
     prompt, completion, valid = _replicated(2)
-    out = one_pass_estimate(
-        _logits_fn(table), prompt, completion, valid, jax.random.PRNGKey(0), MASK, 0.0
-    )
+    out = one_pass_estimate(table, prompt, completion, valid, jax.random.PRNGKey(0), MASK, 0.0)
     want = [_np_logp(table, p, c, np.ones(T, bool)) for p, c in ROWS]
     np.testing.assert_allclose(out, np.stack(want), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="p_mask_prompt"):
-        one_pass_estimate(
-            _logits_fn(table), prompt, completion, valid, jax.random.PRNGKey(0), 4, 2.0
-        )
+        one_pass_estimate(table, prompt, completion, valid, jax.random.PRNGKey(0), 4, 2.0)
 
 
 def test_exact_conditionals_make_the_elbo_tight():
@@ -189,9 +186,8 @@ def test_exact_conditionals_make_the_elbo_tight():
     # The estimator's Monte Carlo mean reaches the exact log-likelihood.
     n = 4000
     prompt, completion, valid = _replicated(n)
-    est = elbo_fixed_count(
-        _logits_fn(table), prompt, completion, valid, jax.random.PRNGKey(6), MASK
-    ).sum(axis=1)
+    est = elbo_fixed_count(table, prompt, completion, valid, jax.random.PRNGKey(6), MASK, 2)
+    est = est.sum(axis=1)
     for r, (p, c) in enumerate(ROWS):
         log_lik = np.log(joint[(p[0], *c)] / joint[p[0]].sum())
         _check_mc_mean(np.asarray(est[r::2], np.float64), log_lik)
@@ -202,7 +198,7 @@ def test_elbo_estimators_are_unbiased_and_compare_variances(estimator):
     table = _random_table(7)
     n = 4000
     prompt, completion, valid = _replicated(n)
-    fn = _logits_fn(table)
+    fn = table
     eps = 1e-3
     if estimator == "random_t":
         est = elbo_random_t(fn, prompt, completion, valid, jax.random.PRNGKey(8), MASK, 2, eps)
@@ -247,9 +243,7 @@ def test_fixed_count_with_one_valid_token_is_exact():
     table = _random_table(9)
     prompt, completion, _ = _replicated(2)
     valid = jnp.array([[False, True, False], [True, False, False]])
-    out = elbo_fixed_count(
-        _logits_fn(table), prompt, completion, valid, jax.random.PRNGKey(0), MASK, 3
-    )
+    out = elbo_fixed_count(table, prompt, completion, valid, jax.random.PRNGKey(0), MASK, 2)
     want = np.zeros((2, T))
     for r, (p, c) in enumerate(ROWS):
         only = np.asarray(valid[r])
@@ -259,42 +253,42 @@ def test_fixed_count_with_one_valid_token_is_exact():
 
 
 def test_strata_cover_each_valid_position_once():
-    valid = jnp.array([[True] * 7 + [False]] * 3 + [[False] * 8])
+    n = 3000
+    valid = np.ones((n, 8), bool)
+    valid[:, 1] = valid[:, 7] = False
+    valid[-1] = False
     for rng in (None, jax.random.PRNGKey(0)):
-        s = np.asarray(strata(valid, 3, rng))
-        assert (s[~np.asarray(valid)] == -1).all()
-        for row in s[:3]:
-            counts = np.bincount(row[:7], minlength=3)
-            assert sorted(counts.tolist()) == [2, 2, 3]  # balanced, every position in one
-    np.testing.assert_array_equal(
-        strata(jnp.array([[True, False, True, True, True]]), 2, None), [[0, -1, 1, 0, 1]]
-    )
-    # Random strata differ across rows and are uniform per position.
-    s = np.asarray(strata(jnp.ones((3000, 4), bool), 2, jax.random.PRNGKey(1)))
-    assert abs((s == 0).mean(axis=0) - 0.5).max() < 5 * np.sqrt(0.25 / 3000)
+        s = np.asarray(strata(jnp.asarray(valid), 3, rng))
+        assert (s[~valid] == -1).all()
+        assert (s[valid] >= 0).all()
+        for row in s[:5]:
+            assert sorted(np.bincount(row[valid[0]], minlength=3).tolist()) == [2, 2, 2]
+        if rng is None:  # interleaved: rank among valid positions mod K
+            np.testing.assert_array_equal(s[0], [0, -1, 1, 2, 0, 1, 2, -1])
+        else:  # a uniform permutation: every valid position is in stratum j w.p. 1/3
+            for j in range(3):
+                freq = (s[:-1][:, valid[0]] == j).mean(axis=0)
+                assert abs(freq - 1 / 3).max() < 5 * np.sqrt(2 / 9 / (n - 1))
 
 
 def test_stratified_estimate_matches_reference_and_k1_is_one_pass():
     table = _random_table(10)
-    fn = _logits_fn(table)
-    prompt, completion, valid = _replicated(4)
+    prompt, completion, valid = _replicated(2)
     rng = jax.random.PRNGKey(11)
-    out = np.asarray(stratified_estimate(fn, prompt, completion, valid, rng, MASK, 2))
-    s = np.asarray(strata(valid, 2, rng))
-    for r in range(4):
-        p, c = ROWS[r % 2]
+    out = np.asarray(stratified_estimate(table, prompt, completion, valid, rng, MASK, 2))
+    s = np.asarray(lk.strata(valid, 2, rng))
+    for r, (p, c) in enumerate(ROWS):
         want = np.zeros(T)
         for k in range(2):
             m = s[r] == k
             want[m] = _np_logp(table, p, c, m)[m]
         np.testing.assert_allclose(out[r], want, rtol=1e-5, atol=1e-5)
-    k1 = stratified_estimate(fn, prompt, completion, valid, rng, MASK, 1)
-    one = one_pass_estimate(fn, prompt, completion, valid, rng, MASK, 0.0)
+    k1 = stratified_estimate(table, prompt, completion, valid, rng, MASK, 1)
+    one = one_pass_estimate(table, prompt, completion, valid, rng, MASK, 0.0)
     np.testing.assert_allclose(k1, one, rtol=1e-6)
     # K = T, interleaved: leave-one-out (each token masked alone).
-    loo = np.asarray(stratified_estimate(fn, prompt, completion, valid, None, MASK, T))
-    for r in range(2):
-        p, c = ROWS[r]
+    loo = np.asarray(stratified_estimate(table, prompt, completion, valid, None, MASK, T))
+    for r, (p, c) in enumerate(ROWS):
         want = [_np_logp(table, p, c, np.eye(T, dtype=bool)[i])[i] for i in range(T)]
         np.testing.assert_allclose(loo[r], want, rtol=1e-5, atol=1e-5)
 
@@ -321,16 +315,11 @@ def test_rldf_timestep_frequencies_follow_softmax():
     probs = jnp.tile(jnp.array(PROBS[:1]), (n, 1))
     valid = jnp.ones_like(step_map, bool)
     steps = np.asarray(rldf_timesteps(jax.random.PRNGKey(0), step_map, probs, valid, 4, 1))
-    w, _ = rldf_step_weights(step_map[:1], probs[:1], valid[:1], 4)
-    w = np.asarray(w[0], np.float64)[[0, 1, 3]]
+    lg = np.log
+    w = -np.array([(lg(0.9) + lg(0.5)) / 2, lg(0.2), (lg(0.7) + lg(0.1) + lg(0.4)) / 3])
     expected = np.exp(w) / np.exp(w).sum() * n
     counts = np.bincount(steps[:, 0], minlength=4)
     assert counts[2] == 0  # step 2 decoded nothing
-    assert stats.chisquare(counts[[0, 1, 3]], expected).pvalue > 1e-3
-    # Temperature 2 flattens the distribution the same way.
-    steps = np.asarray(rldf_timesteps(jax.random.PRNGKey(1), step_map, probs, valid, 4, 1, 2.0))
-    expected = np.exp(w / 2) / np.exp(w / 2).sum() * n
-    counts = np.bincount(steps[:, 0], minlength=4)
     assert stats.chisquare(counts[[0, 1, 3]], expected).pvalue > 1e-3
 
 
@@ -339,11 +328,10 @@ def test_rldf_timesteps_without_replacement_when_enough_steps():
     steps = np.asarray(rldf_timesteps(jax.random.PRNGKey(0), sm, pr, va, 4, 3))
     for row, allowed in zip(steps, ({0, 1, 3}, {0, 1, 2})):
         assert set(row.tolist()) == allowed  # 3 decoded steps, k = 3: each exactly once
-    # k = 4 > 3 decoded steps: with replacement, still only decoded steps.
-    steps = np.asarray(rldf_timesteps(jax.random.PRNGKey(1), sm, pr, va, 4, 4))
-    assert set(steps[0].tolist()) <= {0, 1, 3} and set(steps[1].tolist()) <= {0, 1, 2}
+    # k = 6 > 3 decoded steps: with replacement, still only decoded steps.
     steps = np.asarray(rldf_timesteps(jax.random.PRNGKey(2), sm, pr, va, 4, 6))
-    assert steps.shape == (2, 6) and set(steps[0].tolist()) <= {0, 1, 3}
+    assert steps.shape == (2, 6)
+    assert set(steps[0].tolist()) <= {0, 1, 3} and set(steps[1].tolist()) <= {0, 1, 2}
 
 
 def test_rldf_states_mask_exactly_later_steps_and_clip():
@@ -353,7 +341,7 @@ def test_rldf_states_mask_exactly_later_steps_and_clip():
     want = STEP_MAP[:, None, :] >= np.asarray(steps)[:, :, None]
     np.testing.assert_array_equal(masked, want)
     np.testing.assert_array_equal(scored, want & VALID[:, None, :])
-    _, clipped = rldf_states(sm, steps, va, pr, threshold=0.6)
+    _, clipped = rldf_states(sm, steps, va, pr, 0.6)
     # Row 0, s = 1: masked are positions 2..5; keep p >= 0.6 (pos 3) and step 1 (pos 2).
     np.testing.assert_array_equal(clipped[0, 0], [0, 0, 1, 1, 0, 0])
     # Row 0, s = 3: all decoded at s, all kept.
@@ -363,20 +351,40 @@ def test_rldf_states_mask_exactly_later_steps_and_clip():
     # Row 1, s = 2: positions 0, 4 (both decoded at 2; position 5 has step 1).
     np.testing.assert_array_equal(clipped[1, 1], [1, 0, 0, 0, 1, 0])
     with pytest.raises(ValueError, match="token_probs"):
-        rldf_states(sm, steps, va, None, 0.6)
+        lk.rldf_states(sm, steps, va, None, 0.6)
+
+
+STEP_MAP_SMALL = np.array([[0, 2, 1], [1, 0, 0]])
 
 
 def test_rldf_logprobs_score_the_states():
     table = _random_table(12)
-    prompt, completion, valid = _replicated(2)
-    step_map = jnp.array([[0, 2, 1], [1, 0, 0]], jnp.int32)
+    prompt, completion, _ = _replicated(2)
+    valid = jnp.array([[False, True, True], [True, True, True]])
+    step_map = jnp.asarray(STEP_MAP_SMALL, jnp.int32)
     steps = jnp.array([[1, 2], [0, 1]], jnp.int32)
     masked, scored = rldf_states(step_map, steps, valid)
-    out = np.asarray(
-        rldf_logprobs(_logits_fn(table), prompt, completion, valid, masked, scored, MASK)
-    )
+    out = np.asarray(rldf_logprobs(table, prompt, completion, masked, scored, MASK))
     for r, (p, c) in enumerate(ROWS):
         for j in range(2):
-            m = np.asarray(masked[r, j])
-            want = np.where(m, _np_logp(table, p, c, m), 0.0)
+            # The input is x_s exactly: row 0's invalid position 0 (step 0) stays visible.
+            m = STEP_MAP_SMALL[r] >= np.asarray(steps)[r, j]
+            want = np.where(m & np.asarray(valid[r]), _np_logp(table, p, c, m), 0.0)
             np.testing.assert_allclose(out[r, j], want, rtol=1e-5, atol=1e-5)
+
+
+def test_gradients_flow_through_the_estimate_to_the_model():
+    """d/d table of sum_t log softmax(table[code])[t, x_t] is onehot - softmax at that code."""
+    table = _random_table(13)
+    prompt, completion, valid = _replicated(2)
+    rng = jax.random.PRNGKey(0)
+    grad = jax.grad(
+        lambda tb: one_pass_estimate(tb, prompt, completion, valid, rng, MASK, 0.0).sum()
+    )(jnp.asarray(table))
+    want = np.zeros_like(table)
+    for p, c in ROWS:
+        code = _code(np.concatenate([p, np.full(T, MASK)]))
+        logits = table[code, P:].astype(np.float64)
+        soft = np.exp(logits - special.logsumexp(logits, axis=-1, keepdims=True))
+        want[code, P:] += np.eye(V)[c] - soft
+    np.testing.assert_allclose(grad, want, rtol=1e-4, atol=1e-5)
