@@ -1,5 +1,5 @@
 """Masked-diffusion language models (LLaDA-style): the policy, its block-wise sampler, likelihood
-estimators and RL objectives."""
+estimators, RL objectives and a compact RL driver (`rljax.diffusion.train`)."""
 
 from rljax.diffusion.likelihood import (
     elbo_fixed_count,
@@ -29,6 +29,7 @@ from rljax.diffusion.policy import (
     masked_logits,
 )
 from rljax.diffusion.sampler import DiffusionRollout, diffusion_generate, num_transfer_tokens
+from rljax.diffusion.train import DiffusionRLConfig, evaluate, rl_stage, sft_stage, train
 
 __all__ = [
     "DiffusionConfig",
@@ -55,4 +56,9 @@ __all__ = [
     "stable_steps",
     "daca_weights",
     "daca_advantages",
+    "DiffusionRLConfig",
+    "train",
+    "sft_stage",
+    "rl_stage",
+    "evaluate",
 ]

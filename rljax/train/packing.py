@@ -8,10 +8,10 @@ token attend only within its sequence (segment ids), so every hidden state is th
 unpacked pass computes; the states are then gathered back to the [B, S] layout, so log-probs,
 objectives and aggregation are unchanged.
 
-The plan is next-fit in row order, computed inside the jitted step (shapes stay static): a
-sequence goes into the current packed row if it fits, else opens the next. When the batch does
-not fit into the `rows` packed rows, the step takes the unpacked pass instead (`lax.cond`), so
-packing never changes results, only cost.
+The plan is first-fit in row order, computed inside the jitted step (shapes stay static): a
+sequence goes into the first packed row with room for it. When the batch does not fit into the
+`rows` packed rows, the step takes the unpacked pass instead (`lax.cond`), so packing never
+changes results, only cost.
 """
 
 from __future__ import annotations
@@ -31,22 +31,23 @@ class PackPlan(NamedTuple):
 
 
 def pack_plan(mask: jax.Array, rows: int) -> PackPlan:
-    """Next-fit plan for the sequences of `mask` [B, S] (real tokens of a row contiguous from
-    its first to its last True) into `rows` rows of length S."""
+    """First-fit plan for the sequences of `mask` [B, S] (real tokens of a row contiguous from
+    its first to its last True) into `rows` rows of length S: in row order, each sequence goes
+    into the first packed row with room for it."""
     s = mask.shape[1]
     any_valid = mask.any(axis=1)
     start = jnp.where(any_valid, jnp.argmax(mask, axis=1), 0)
     end = jnp.where(any_valid, s - jnp.argmax(mask[:, ::-1], axis=1), 0)
-    length = end - start
 
-    def place(carry, n):
-        row, offset = carry
-        new_row = offset + n > s
-        row, offset = jnp.where(new_row, row + 1, row), jnp.where(new_row, 0, offset)
-        return (row, offset + n), (row, offset)
+    def place(used, n):
+        room = used + n <= s
+        row = jnp.where(room.any(), jnp.argmax(room), rows)  # `rows`: it does not fit
+        offset = used[jnp.minimum(row, rows - 1)]
+        used = jnp.where(room.any(), used.at[row].add(n), used)
+        return used, (row, offset)
 
-    (last_row, _), (row, offset) = jax.lax.scan(place, (jnp.int32(0), jnp.int32(0)), length)
-    return PackPlan(row, offset - start, last_row < rows)
+    _, (row, offset) = jax.lax.scan(place, jnp.zeros(rows, jnp.int32), end - start)
+    return PackPlan(row, offset - start, (row < rows).all())
 
 
 def packed_hidden_states(model, tokens, positions, mask, rows: int) -> jax.Array:
