@@ -27,8 +27,8 @@ sampled (RLDF states).
 Jitted: the SFT step, the rollout, the estimates of theta_old/ref and each update. On the host:
 data, decoding and rewards.
 
-  python -m rljax.diffusion.train --config=configs/diffusion_addition.py
-  python -m rljax.diffusion.train --config=configs/diffusion_addition.py --config.algorithm=rldf
+  python -m rljax.diffusion.train --config=configs/diffusion_lm.py
+  python -m rljax.diffusion.train --config=configs/diffusion_lm.py --config.algorithm=rldf
 """
 
 from __future__ import annotations
@@ -578,7 +578,7 @@ def train(config: DiffusionRLConfig) -> list[dict]:
 
 
 def main(argv: list[str]) -> None:
-    """`python -m rljax.diffusion.train --config=configs/diffusion_addition.py`."""
+    """`python -m rljax.diffusion.train --config=configs/diffusion_lm.py`."""
     del argv
     config = DiffusionRLConfig(**_CONFIG.value.to_dict())
     for record in train(config):

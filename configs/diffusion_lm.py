@@ -6,8 +6,8 @@ so far (README, "Diffusion language models"): this tiny model barely learns addi
 (held-out accuracy ~0.03), so RL has almost no signal; the recipe needs tuning.
 Every field is documented in `rljax.diffusion.train.DiffusionRLConfig`, which holds the values.
 
-  python -m rljax.diffusion.train --config=configs/diffusion_addition.py
-  python -m rljax.diffusion.train --config=configs/diffusion_addition.py --config.algorithm=rldf
+  python -m rljax.diffusion.train --config=configs/diffusion_lm.py
+  python -m rljax.diffusion.train --config=configs/diffusion_lm.py --config.algorithm=rldf
 """
 
 import dataclasses
