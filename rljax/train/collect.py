@@ -252,7 +252,7 @@ def collect_batch(
     if max_refill_rounds:
         metrics["refill/short_groups"] = float(max(short, 0))
     rows = {k: v[:wanted] for k, v in rows.items()}
-    batch = _to_batch(rows, n_samples)
+    batch = groups_to_batch(rows, n_samples)
     metrics.update(rollout_metrics(np.asarray(batch.rewards), np.asarray(batch.completion_mask)))
     metrics.update({f"reward/failures_{k}": float(v) for k, v in failures.items()})
     return batch, metrics
@@ -299,10 +299,13 @@ def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-def _to_batch(rows: dict[str, np.ndarray], g: int) -> Batch:
+def groups_to_batch(rows: dict[str, np.ndarray], g: int) -> Batch:
+    """A `Batch` of per-group rows (arrays [n, G, ...] as `collect_batch` builds them, and
+    prompt_id [n]): row i*G + j is sample j of group i."""
     n = len(rows["prompt_id"])
     flat = lambda x: x.reshape(n * g, *x.shape[2:])
-    extras = {"prompt_id": jnp.asarray(np.repeat(rows["prompt_id"], g) % 2**31, jnp.int32)}
+    ids = np.repeat(np.asarray(rows["prompt_id"], np.int64), g) % 2**31
+    extras = {"prompt_id": jnp.asarray(ids, jnp.int32)}
     for key in ("baseline_reward", "token_rewards"):
         if key in rows:
             extras[key] = jnp.asarray(flat(rows[key]), jnp.float32)

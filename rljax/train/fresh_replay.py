@@ -25,21 +25,10 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from rljax.core.batch import Batch, make_batch
+from rljax.core.batch import Batch
 from rljax.data.samplers.fresh_per import FreshPERBuffer, FreshPERSettings
 from rljax.entropy.uec import RowBuffer
-from rljax.train.collect import informative_groups
-
-# Per-group fields kept for replay; arrays [n_groups, G, ...].
-_FIELDS = (
-    "prompt_tokens",
-    "prompt_mask",
-    "completion_tokens",
-    "completion_mask",
-    "rollout_logprobs",
-    "rewards",
-    "prompt_id",
-)
+from rljax.train.collect import groups_to_batch, informative_groups
 
 
 class FreshReplay:
@@ -82,9 +71,10 @@ class FreshReplay:
             "prompt_id": batch.extras["prompt_id"],
         }
         grouped = {k: np.asarray(v).reshape(-1, g, *np.shape(v)[1:])[keep] for k, v in flat.items()}
+        grouped["prompt_id"] = grouped["prompt_id"][:, 0]  # one per group, as the collector's
         self.rows.add(grouped)
         priority = np.abs(grouped["rewards"].astype(np.float64)).mean(axis=1)
-        self.buffer.add(step, grouped["prompt_id"][:, 0], priority)
+        self.buffer.add(step, grouped["prompt_id"], priority)
 
     def batch(self, step: int) -> tuple[Batch | None, dict[str, float]]:
         """The replay batch at `step` (None off the `every` schedule or while empty) and its
@@ -95,25 +85,13 @@ class FreshReplay:
             return None, metrics
         slots, _, weights = self.buffer.sample(step, self.groups)
         rows = {k: v[slots] for k, v in self.rows.rows.items()}
-        n, g = self.groups, self.group_size
-        flat = {k: v.reshape(n * g, *v.shape[2:]) for k, v in rows.items()}
-        mask = flat["completion_mask"]
-        is_weight = np.repeat(weights, g)[:, None] * np.ones(mask.shape)
+        batch = groups_to_batch(rows, self.group_size)
+        is_weight = np.repeat(weights, self.group_size)[:, None] * np.ones(batch.loss_weights.shape)
+        batch = batch.replace(
+            extras={**batch.extras, "is_weight": jnp.asarray(is_weight, jnp.float32)}
+        )
         metrics["replay/age_mean"] = float((step - self.buffer.stored_steps[slots]).mean())
         metrics["replay/is_weight_mean"] = float(weights.mean())
-        batch = make_batch(
-            flat["prompt_tokens"],
-            flat["prompt_mask"],
-            flat["completion_tokens"],
-            mask,
-            np.repeat(np.arange(n), g),
-            flat["rewards"],
-            rollout_logprobs=flat["rollout_logprobs"],
-            extras={
-                "prompt_id": jnp.asarray(flat["prompt_id"], jnp.int32),
-                "is_weight": jnp.asarray(is_weight, jnp.float32),
-            },
-        )
         return batch, metrics
 
     def state(self) -> dict[str, Any]:

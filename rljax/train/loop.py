@@ -332,6 +332,8 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
                 rescue,
                 token_level,
             )
+            if multi:  # host metrics of this process's rows -> of the whole batch
+                metrics = _global_host_metrics(metrics, batch)
             if sampler.max_staleness:  # the sampler's policy version, per sample
                 version = jnp.full(batch.group_id.shape, int(state.step) - lag, jnp.int32)
                 batch = batch.replace(extras={**batch.extras, "policy_version": version})
@@ -342,8 +344,6 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
             metrics.update(learned)
             if selected:
                 metrics.update(data.metrics())
-            if multi:
-                metrics = _global_host_metrics(metrics, batch)
             tokens = float(allgather(np.asarray(batch.completion_mask)).sum())
             if replay is not None:  # groups of earlier steps, then this step's go in
                 replayed, replay_metrics = replay.batch(done)
