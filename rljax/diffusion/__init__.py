@@ -1,6 +1,11 @@
 """Masked-diffusion language models (LLaDA-style): the policy, its block-wise sampler, likelihood
 estimators, RL objectives and a compact RL driver (`rljax.diffusion.train`)."""
 
+from rljax.diffusion.block_size import (
+    best_block_sizes,
+    block_size_conflict_score,
+    measure_rewards_by_size,
+)
 from rljax.diffusion.likelihood import (
     elbo_fixed_count,
     elbo_random_t,
@@ -28,7 +33,12 @@ from rljax.diffusion.policy import (
     diffusion_config,
     masked_logits,
 )
-from rljax.diffusion.sampler import DiffusionRollout, diffusion_generate, num_transfer_tokens
+from rljax.diffusion.sampler import (
+    DiffusionRollout,
+    diffusion_generate,
+    diffusion_generate_per_row,
+    num_transfer_tokens,
+)
 from rljax.diffusion.train import DiffusionRLConfig, evaluate, rl_stage, sft_stage, train
 
 __all__ = [
@@ -38,6 +48,7 @@ __all__ = [
     "masked_logits",
     "DiffusionRollout",
     "diffusion_generate",
+    "diffusion_generate_per_row",
     "num_transfer_tokens",
     "masked_token_logprobs",
     "one_pass_estimate",
@@ -56,6 +67,9 @@ __all__ = [
     "stable_steps",
     "daca_weights",
     "daca_advantages",
+    "best_block_sizes",
+    "block_size_conflict_score",
+    "measure_rewards_by_size",
     "DiffusionRLConfig",
     "train",
     "sft_stage",

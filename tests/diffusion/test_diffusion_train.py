@@ -23,6 +23,7 @@ from rljax.diffusion.train import (
     score,
     setup,
     sft_completions,
+    sft_optimizer,
 )
 from rljax.models.tokenizer import ByteTokenizer
 
@@ -61,6 +62,32 @@ def test_sft_completions_pad_with_eos():
     np.testing.assert_array_equal(
         sft_completions(tokens, mask, 258), [[49, 57, 258, 258], [55, 258, 258, 258]]
     )
+
+
+def test_sft_optimizer_warms_up_then_cosine_decays():
+    # A constant gradient makes every Adam step -lr_i (m_hat = g, v_hat = g^2), so the updates
+    # trace the schedule: lr * i / W for i < W, then lr (1 + cos(pi (i - W) / (N - W))) / 2.
+    lr, warmup, n = 0.01, 4, 12
+    config = dataclasses.replace(
+        TINY, sft_learning_rate=lr, sft_warmup_steps=warmup, sft_steps=n, sft_weight_decay=0.0
+    )
+    opt = sft_optimizer(config)
+    params, grads = jnp.zeros(()), jnp.ones(())
+    state, steps = opt.init(params), []
+    for _ in range(n):
+        update, state = opt.update(grads, state, params)
+        steps.append(-float(update))
+    i = np.arange(n)
+    want = np.where(
+        i < warmup, lr * i / warmup, lr * 0.5 * (1 + np.cos(np.pi * (i - warmup) / (n - warmup)))
+    )
+    np.testing.assert_allclose(steps, want, rtol=1e-4, atol=1e-9)
+    # Decoupled weight decay pulls non-zero params towards 0 even with a zero gradient.
+    opt = sft_optimizer(dataclasses.replace(config, sft_weight_decay=0.5))
+    state = opt.init(jnp.ones(()))
+    for _ in range(warmup + 1):
+        update, state = opt.update(jnp.zeros(()), state, jnp.ones(()))
+    np.testing.assert_allclose(float(update), -0.5 * lr, rtol=1e-4)
 
 
 def test_sft_loss_decreases(run):
