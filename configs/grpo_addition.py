@@ -190,8 +190,12 @@ def get_config() -> ConfigDict:
             # Bounded staleness: sample with the policy of up to this many updates ago (the
             # schedule of asynchronous RL, run in order); 0 is synchronous.
             max_staleness=0,
-            # Testing only: SIGKILL the process right after the checkpoint of this step is written.
-            kill_at_step=-1,
+            # An update whose loss or gradients are non-finite is skipped (guard/skipped, with
+            # the first non-finite tensor named in the log); this many in a row stop the run.
+            max_consecutive_skips=5,
+            # Prompt groups per step written to run_dir/samples.jsonl (prompt, completions,
+            # rewards); -1 writes every group, 0 none.
+            log_samples=0,
         )
     )
 

@@ -17,6 +17,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from launchers.flags import parse_flags
 from rljax.parallel import distributed
 from rljax.train.loop import train
 
@@ -32,19 +33,6 @@ _NUM_PROCESSES = flags.DEFINE_integer(
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in [0, N).")
 
 
-def parse_flags(argv: list[str]) -> list[str]:
-    """absl flag parsing with one-line errors for unknown config keys and bad values."""
-    try:
-        return flags.FLAGS(argv)
-    except flags.Error as err:  # a value of the wrong type, a missing required flag
-        sys.exit(f"error: {err}")
-    except (AttributeError, KeyError) as err:  # ml_collections: a config key that is not there
-        detail = str(err).strip("'\"").replace("\\n", " ").replace("\\'", "'")
-        sys.exit(f"error: unknown config key {detail}")
-    except OSError as err:  # overrides of a config file that failed to load
-        sys.exit("error: " + " ".join(str(err).split()))
-
-
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(
@@ -57,9 +45,10 @@ def main(argv: list[str]) -> None:
         distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
         logging.info("config:\n%s", config)
         records = train(config)
-    except (ValueError, OSError) as err:
-        # Bad settings, a missing checkpoint or config file (ml_collections defers that error
-        # to the first use of the config): one line, or the traceback with -v.
+    except (ValueError, OSError, FloatingPointError) as err:
+        # Bad settings, a missing or corrupted checkpoint or config file (ml_collections
+        # defers that error to the first use of the config), a run stopped by its numerical
+        # guard: one line, or the traceback with -v.
         if flags.FLAGS["verbosity"].present:
             raise
         sys.exit("error: " + " ".join(str(err).split()))

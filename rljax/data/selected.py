@@ -131,11 +131,12 @@ class DAREPromptSelector:
     replay of earlier rollouts, and prompts near rate 0.5 are drawn most
     (`rljax.data.samplers.dare`).
 
-    Both log-prob sums of a record come from the trainer's policy (`set_policy`): the
-    behaviour sum when the rollout is fed back (the policy that sampled it), the current sum
-    at every `select`, so the weight of a fresh record is exactly 1 whatever the sampler's
-    temperature or weight format. The replay keeps the rollouts' tokens for that rescoring;
-    its cost is one teacher-forced pass over `capacity` rollouts per step.
+    Both log-prob sums of a record come from the trainer's model (`set_policy`): the
+    behaviour sum when the rollout is fed back, with the parameters that sampled it (older
+    ones under bounded staleness), the current sum at every `select`, so a fresh record of a
+    synchronous run has weight exactly 1 whatever the sampler's temperature or weight format.
+    The replay keeps the rollouts' tokens for that rescoring; its cost is one teacher-forced
+    pass over `capacity` rollouts per step.
 
     Not used here (interpretation): DARE's per-tier rollout counts; every prompt gets the
     run's G samples, so batch shapes stay fixed.
@@ -152,27 +153,30 @@ class DAREPromptSelector:
         self.rollouts = RowBuffer(settings.capacity)
         self.chunk_rows = int(chunk_rows)
         self.policy: LogprobsFn | None = None
+        self.behaviour: LogprobsFn | None = None
         self.rates = np.full(pool_size, settings.default_rate)
 
-    def set_policy(self, logprobs: LogprobsFn) -> None:
-        """The current policy's log-prob function; set before each step's `select`."""
+    def set_policy(self, logprobs: LogprobsFn, behaviour: LogprobsFn | None = None) -> None:
+        """The current policy's log-prob function, and the sampler's (None: the same); set
+        before each step's `select`."""
         self.policy = logprobs
+        self.behaviour = logprobs if behaviour is None else behaviour
 
-    def _sums(self, rows: Rows) -> np.ndarray:
-        if self.policy is None:
+    def _sums(self, rows: Rows, policy: LogprobsFn | None) -> np.ndarray:
+        if policy is None:
             raise ValueError("DAREPromptSelector needs set_policy(...) before scoring rollouts")
-        return rescore(self.policy, rows, self.chunk_rows).sum(axis=1)
+        return rescore(policy, rows, self.chunk_rows).sum(axis=1)
 
     def select(self, step: int, k: int) -> np.ndarray:
         if len(self.dare):
-            self.rates = self.dare.estimate(self._sums(self.rollouts.rows))
+            self.rates = self.dare.estimate(self._sums(self.rollouts.rows, self.policy))
         return self.dare.select(step, k, self.rates)
 
     def feedback(self, positions: np.ndarray, rewards: np.ndarray, rollouts: Rows) -> None:
         rewards = np.asarray(rewards, np.float64)
         rows = {key: np.asarray(rollouts[key]) for key in ROLLOUT_KEYS}
         ids = np.repeat(np.asarray(positions, np.int64), rewards.shape[1])
-        self.dare.add(ids, self._sums(rows), rewards.reshape(-1))
+        self.dare.add(ids, self._sums(rows, self.behaviour), rewards.reshape(-1))
         self.rollouts.add(rows)
 
     def metrics(self) -> dict[str, float]:
@@ -251,10 +255,11 @@ class SelectedPromptBatches:
         """Hands the rewards [n_prompts, G] and the rollouts of a batch from this iterator back."""
         self.selector.feedback(prompts["position"], rewards, rollouts)
 
-    def set_policy(self, logprobs: LogprobsFn) -> None:
-        """Gives a selector that rescores rollouts (DARE) the current policy; others ignore it."""
+    def set_policy(self, logprobs: LogprobsFn, behaviour: LogprobsFn | None = None) -> None:
+        """Gives a selector that rescores rollouts (DARE) the current policy and the sampler's
+        (None: the same); others ignore them."""
         if hasattr(self.selector, "set_policy"):
-            self.selector.set_policy(logprobs)
+            self.selector.set_policy(logprobs, behaviour)
 
     def metrics(self) -> dict[str, float]:
         return self.selector.metrics()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,22 +23,62 @@ def to_scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def keep_records_until(path: str, resume_step: int | None) -> None:
+    """Drops the records of a JSONL log (objects with a "step") after `resume_step`.
+
+    A run killed after its last checkpoint logged steps that the resumed run does again; they
+    go, so each step keeps one record. None (a new run) drops them all. A last line cut short
+    by the kill is dropped too. The file is rewritten atomically.
+    """
+    if not os.path.exists(path):
+        return
+    kept = []
+    if resume_step is not None:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:  # the line the kill cut short
+                    break
+                if record["step"] <= resume_step:
+                    kept.append(line.rstrip("\n") + "\n")
+    partial = path + ".partial"
+    with open(partial, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+    os.replace(partial, path)
+
+
 class MetricsWriter:
     """Writes `{"step": s, **metrics}` lines to `run_dir/metrics.jsonl` and TensorBoard events.
 
     Non-finite values are written as null in JSON (strict JSON has no NaN) and kept in
-    TensorBoard. Appends, so a resumed run continues the same file.
+    TensorBoard. A resumed run continues the same file and event log from `resume_step`:
+    what a crashed run logged after that step is dropped (`keep_records_until`; TensorBoard's
+    purge_step), so the log holds each step once.
+
+    Args:
+      run_dir: where metrics.jsonl and tensorboard/ go.
+      tensorboard: also write TensorBoard events.
+      resume_step: the step the run continues from; None for a new run (earlier logs in
+        run_dir are replaced).
     """
 
-    def __init__(self, run_dir: str, tensorboard: bool = True):
+    def __init__(self, run_dir: str, tensorboard: bool = True, resume_step: int | None = None):
         os.makedirs(run_dir, exist_ok=True)
         self.path = os.path.join(run_dir, "metrics.jsonl")
+        keep_records_until(self.path, resume_step)
         self._file = open(self.path, "a", encoding="utf-8")
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter  # optional and slow to import
 
-            self._tb = SummaryWriter(os.path.join(run_dir, "tensorboard"))
+            logdir = os.path.join(run_dir, "tensorboard")
+            if resume_step is None:
+                shutil.rmtree(logdir, ignore_errors=True)
+            purge = None if resume_step is None else resume_step + 1
+            self._tb = SummaryWriter(logdir, purge_step=purge)
 
     def write(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
         """Records one step's scalar metrics; returns them as floats."""
@@ -63,12 +104,42 @@ class MetricsWriter:
         self.close()
 
 
+class SamplesWriter:
+    """Writes rollouts to `run_dir/samples.jsonl`: one line per prompt group and step.
+
+    Each line is `{"step", "prompt_id", "prompt", "completions", "rewards"}`, for reading what
+    the policy writes as it trains. Resumes like `MetricsWriter` (records after `resume_step`
+    are dropped).
+    """
+
+    def __init__(self, run_dir: str, resume_step: int | None = None):
+        os.makedirs(run_dir, exist_ok=True)
+        self.path = os.path.join(run_dir, "samples.jsonl")
+        keep_records_until(self.path, resume_step)
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def write(self, step: int, groups: list[dict[str, Any]]) -> None:
+        """Appends one step's groups (each with prompt_id, prompt, completions, rewards)."""
+        lines = [json.dumps({"step": int(step), **group}) + "\n" for group in groups]
+        self._file.writelines(lines)
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
 def read_metrics(run_dir: str) -> list[dict[str, Any]]:
-    """The records of `run_dir/metrics.jsonl`, in order; the last record per step wins."""
+    """The records of `run_dir/metrics.jsonl`, in order; the last record per step wins. A last
+    line cut short (a run killed while writing it) is skipped."""
     by_step: dict[int, dict[str, Any]] = {}
     with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                record = json.loads(line)
-                by_step[record["step"]] = {**by_step.get(record["step"], {}), **record}
+        lines = [line for line in f if line.strip()]
+    for i, line in enumerate(lines):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1 and not line.endswith("\n"):
+                break
+            raise
+        by_step[record["step"]] = {**by_step.get(record["step"], {}), **record}
     return [by_step[s] for s in sorted(by_step)]

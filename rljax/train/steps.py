@@ -38,6 +38,7 @@ from rljax.quant.rollout import RolloutWeights, rollout_error_metrics, rollout_w
 from rljax.rollout.sampler import Rollout, generate
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.critic import critic_values
+from rljax.train.guard import all_finite, first_nonfinite, named_tensors
 from rljax.train.logprobs import PolicyStates, policy_states, token_hellinger, token_stats
 from rljax.train.packing import pack_plan
 
@@ -285,7 +286,7 @@ def make_steps(
             value_loss, value_metrics = algorithm.value_loss(values(critic, new, batch), batch)
             loss = loss + value_loss
             metrics = {**metrics, **value_metrics}
-        return loss, metrics
+        return loss, (metrics, {"logprobs": new_stats.logprobs, "entropy": new_stats.entropy})
 
     def update(state: TrainState, batch: Batch):
         rows = batch.group_id.shape[0]
@@ -301,23 +302,31 @@ def make_steps(
         order = order.reshape(cfg.epochs * cfg.minibatches, cfg.microbatches, rows // per_step)
 
         def microbatch(carry, ids):
-            trainable, grads, loss, weight = carry
+            trainable, grads, loss, weight, first_bad = carry
             sub = jax.tree.map(lambda x: x[ids], batch)
-            (sub_loss, metrics), sub_grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            (sub_loss, (metrics, policy)), sub_grads = jax.value_and_grad(loss_fn, has_aux=True)(
                 trainable, sub
             )
             w = aggregation_denominator(sub.loss_weights, algorithm.aggregation)
             grads = jax.tree.map(lambda g, s: g + w * s, grads, sub_grads)
-            return (trainable, grads, loss + w * sub_loss, weight + w), metrics
+            # The whole batch's fields: a NaN reward is named even where only the advantages
+            # it spoiled reached this microbatch.
+            bad = first_nonfinite(named_tensors(batch, trainable, policy, sub_loss, sub_grads))
+            first_bad = jnp.where(first_bad >= 0, first_bad, bad)
+            return (trainable, grads, loss + w * sub_loss, weight + w, first_bad), metrics
 
         def minibatch(carry, ids):
             (params, critic), (opt_state, critic_opt_state) = carry
             zeros = jax.tree.map(jnp.zeros_like, (params, critic))
-            (_, grads, loss, weight), metrics = jax.lax.scan(
-                microbatch, ((params, critic), zeros, 0.0, 0.0), ids
-            )
+            start = ((params, critic), zeros, 0.0, 0.0, jnp.int32(-1))
+            (_, grads, loss, weight, first_bad), metrics = jax.lax.scan(microbatch, start, ids)
             scale = jnp.where(weight > 0, 1.0 / jnp.maximum(weight, 1e-30), 0.0)
-            grads, critic_grads = jax.tree.map(lambda g: g * scale, grads)
+            grads = jax.tree.map(lambda g: g * scale, grads)
+            # The guard: a non-finite loss or gradient leaves params and optimizer state as
+            # they were (rljax.train.guard).
+            finite = all_finite((loss, grads))
+            before = ((params, critic), (opt_state, critic_opt_state))
+            grads, critic_grads = grads
             updates, opt_state = optimizer.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
             metrics = jax.tree.map(jnp.mean, metrics)
@@ -326,14 +335,21 @@ def make_steps(
                 updates, critic_opt_state = optimizer.update(critic_grads, critic_opt_state, critic)
                 critic = optax.apply_updates(critic, updates)
                 metrics["value/grad_norm"] = optax.tree.norm(critic_grads)
-            return ((params, critic), (opt_state, critic_opt_state)), metrics
+            after = ((params, critic), (opt_state, critic_opt_state))
+            carry = jax.tree.map(lambda a, b: jnp.where(finite, a, b), after, before)
+            return carry, (metrics, ~finite, first_bad)
 
         trainable = (state.params, state.critic)
         opt_states = (state.opt_state, state.critic_opt_state)
-        ((params, critic), (opt_state, critic_opt_state)), metrics = jax.lax.scan(
-            minibatch, (trainable, opt_states), order
+        ((params, critic), (opt_state, critic_opt_state)), (metrics, skipped, first_bad) = (
+            jax.lax.scan(minibatch, (trainable, opt_states), order)
         )
         metrics = jax.tree.map(jnp.mean, metrics)
+        # The share of optimizer steps skipped, and the first skipped one's culprit.
+        metrics["guard/skipped"] = skipped.mean(dtype=jnp.float32)
+        metrics["guard/first_nonfinite"] = jnp.where(
+            skipped.any(), first_bad[jnp.argmax(skipped)], -1
+        )
         state = state.replace(
             step=state.step + 1,
             params=params,

@@ -157,6 +157,33 @@ def test_dare_rates_are_the_self_normalised_is_estimate_under_the_current_policy
     assert m["selection/seen_frac"] == len({p for p, *_ in log}) / POOL
 
 
+def test_dare_scores_fed_back_rollouts_with_the_sampler_policy():
+    """Bounded staleness: rollouts sampled by an older policy get weight pi_cur / pi_sampler."""
+    settings = DARESettings(capacity=64, clip=5.0, ess_threshold=1.0)
+    it = SelectedPromptBatches(DATASET, DAREPromptSelector(POOL, 0, settings, chunk_rows=5), K)
+    it.set_policy(FakePolicy(theta=1.2), behaviour=FakePolicy(theta=1.0))
+    rng = np.random.default_rng(3)
+    batch = next(it)
+    rollouts = fake_rollouts(batch["position"], rng)
+    rewards = rng.integers(0, 2, (K, G)).astype(np.float64)
+    it.feedback(batch, rewards, rollouts)
+    next(it)  # re-estimates under the current policy (theta 1.2)
+    num, den, hits, count = (np.zeros(POOL) for _ in range(4))
+    for j, p in enumerate(np.repeat(batch["position"], G)):
+        mask, tokens = rollouts["completion_mask"][j], rollouts["completion_tokens"][j]
+        base = (mask * (1 + tokens % 3)).sum()
+        w = np.exp(np.clip(-1.2 * base + 1.0 * base, -5.0, 5.0))
+        num[p] += w * (rewards.reshape(-1)[j] > 0)
+        den[p] += w
+        hits[p] += rewards.reshape(-1)[j] > 0
+        count[p] += 1
+    seen = den > 0
+    want = np.where(seen, num / np.where(seen, den, 1.0), settings.default_rate)
+    np.testing.assert_allclose(it.selector.rates, want, rtol=1e-10)
+    # Scored with the current policy at feedback, every weight would be 1: the plain rate.
+    assert not np.allclose(want[seen], hits[seen] / count[seen])
+
+
 def test_dare_state_is_json_and_resumes_exactly():
     settings = DARESettings(capacity=20)  # smaller than the 3 x 8 rollouts: the FIFO drops
 

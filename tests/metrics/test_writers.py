@@ -1,4 +1,4 @@
-"""MetricsWriter: JSONL content, NaN handling, appending on resume, TensorBoard events."""
+"""MetricsWriter and SamplesWriter: JSONL content, NaN handling, resuming, TensorBoard events."""
 
 import glob
 import json
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rljax.metrics.writers import MetricsWriter, read_metrics, to_scalars
+from rljax.metrics.writers import MetricsWriter, SamplesWriter, read_metrics, to_scalars
 
 
 def test_jsonl_and_tensorboard(tmp_path):
@@ -23,18 +23,43 @@ def test_jsonl_and_tensorboard(tmp_path):
     assert glob.glob(os.path.join(tmp_path, "tensorboard", "events.out.tfevents.*"))
 
 
-def test_resume_appends_and_read_keeps_last_per_step(tmp_path):
+def test_resume_drops_what_a_crashed_run_logged_after_its_checkpoint(tmp_path):
     with MetricsWriter(str(tmp_path), tensorboard=False) as w:
+        w.write(-1, {"sft/loss": 0.5})
         w.write(0, {"a": 1.0})
-        w.write(1, {"a": 2.0})
-    with MetricsWriter(str(tmp_path), tensorboard=False) as w:  # resumed after step 0
+        w.write(1, {"a": 2.0})  # logged, then the run died before checkpointing step 1
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 2, "a"')  # a line the kill cut short
+    with MetricsWriter(str(tmp_path), tensorboard=False, resume_step=0) as w:
         w.write(1, {"a": 3.0, "b": 4.0})
         w.write(2, {"a": 5.0})
-    assert read_metrics(str(tmp_path)) == [
+    lines = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    assert lines == [
+        {"step": -1, "sft/loss": 0.5},
         {"step": 0, "a": 1.0},
         {"step": 1, "a": 3.0, "b": 4.0},
         {"step": 2, "a": 5.0},
     ]
+    assert read_metrics(str(tmp_path)) == lines
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "a"')  # read_metrics skips a cut last line too
+    assert read_metrics(str(tmp_path)) == lines
+    with MetricsWriter(str(tmp_path), tensorboard=False) as w:  # a new run starts afresh
+        w.write(0, {"a": 6.0})
+    assert read_metrics(str(tmp_path)) == [{"step": 0, "a": 6.0}]
+
+
+def test_samples_writer_writes_groups_and_resumes(tmp_path):
+    group = {"prompt_id": 7, "prompt": "1+2=", "completions": ["3", "4"], "rewards": [1.0, 0.0]}
+    writer = SamplesWriter(str(tmp_path))
+    writer.write(1, [group])
+    writer.write(2, [{**group, "prompt_id": 8}])
+    writer.close()
+    writer = SamplesWriter(str(tmp_path), resume_step=1)
+    writer.write(2, [{**group, "prompt_id": 9}])
+    writer.close()
+    lines = [json.loads(line) for line in open(tmp_path / "samples.jsonl")]
+    assert lines == [{"step": 1, **group}, {"step": 2, **group, "prompt_id": 9}]
 
 
 def test_non_scalar_metric_is_an_error():

@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # 1-digit sums after a short SFT: rewards are mixed, so the GRPO updates are not zero.
@@ -66,6 +67,7 @@ def free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # ~60 s on 2 cores: run with -m slow (the default suite is at its time budget)
 def test_two_processes_match_one_process_with_the_same_devices(tmp_path):
     finish(start(tmp_path / "start", 8, "--config.train.steps=1"))
     for name in ("single", "multi"):

@@ -1,15 +1,20 @@
 """run_python: results and limits of sandboxed runs, checked from inside and outside the child."""
 
 import json
+import math
 import os
 import resource
+import secrets
 import socket
+import statistics
+import tempfile
 
 import pytest
 
 from rljax.rewards.sandbox import (
     FILE_SIZE_BYTES,
     MAX_OPEN_FILES,
+    mount_namespace_available,
     network_namespace_available,
     run_python,
 )
@@ -179,11 +184,11 @@ def test_network_namespace_is_separate():
     if not network_namespace_available():
         pytest.skip("this kernel refuses new network namespaces")
     here = os.readlink("/proc/self/ns/net")
-    res = run_python("import os\nprint(os.readlink('/proc/self/ns/net'))", timeout_s=5.0)
+    probe = "import os\nprint(os.readlink('/proc/self/ns/net'))"
+    # The mount namespace would hide /proc, which the probe reads, so it stays off here.
+    res = run_python(probe, timeout_s=5.0, mount_namespace=False)
     assert res.stdout.strip() not in ("", here)
-    off = run_python(
-        "import os\nprint(os.readlink('/proc/self/ns/net'))", timeout_s=5.0, network_namespace=False
-    )
+    off = run_python(probe, timeout_s=5.0, network_namespace=False, mount_namespace=False)
     assert off.stdout.strip() == here
 
 
@@ -198,3 +203,142 @@ def test_the_program_cannot_raise_its_own_limits():
     src = "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (100, 100))"
     res = run_python(src, timeout_s=5.0)
     assert res.returncode != 0 and "resource.setrlimit is not allowed" in res.stderr
+
+
+# Tries to read the trainer's files through each route; prints one JSON object {route: what it
+# got}, or {route: "ERR <exception>"} where the route was refused.
+_HOSTILE = """
+import json, os, pathlib
+
+def attempt(read):
+    try:
+        return read()
+    except Exception as err:
+        return "ERR " + type(err).__name__
+
+ppid = os.getppid()
+got = {
+    "open": attempt(lambda: open(SECRET).read()),
+    "listdir": attempt(lambda: os.listdir(TRAINER)),
+    "pathlib": attempt(lambda: [p.read_text() for p in pathlib.Path(TRAINER).iterdir()]),
+    "hidden_paths": attempt(lambda: open(KEY).read()),
+    "proc_cwd": attempt(lambda: open(f"/proc/{ppid}/cwd/secret.txt").read()),
+    "proc_environ": attempt(lambda: open(f"/proc/{ppid}/environ", "rb").read().decode()),
+}
+print(json.dumps(got))
+"""
+
+
+@pytest.fixture
+def trainer(tmp_path, monkeypatch):
+    """A trainer cwd holding secret.txt, a data dir holding key.txt, and an entry of this
+    process's own environment (what /proc/<pid>/environ shows) that the child would lack."""
+    cwd, data = tmp_path / "trainer", tmp_path / "data"
+    cwd.mkdir()
+    data.mkdir()
+    token, key = secrets.token_hex(16), secrets.token_hex(16)
+    (cwd / "secret.txt").write_text(token)
+    (data / "key.txt").write_text(key)
+    monkeypatch.chdir(cwd)
+    with open("/proc/self/environ", "rb") as f:
+        entries = [e.decode() for e in f.read().split(b"\0") if b"=" in e]
+    env = next(e for e in entries if e.split("=")[0] not in ("PATH", "LC_ALL", "HOME"))
+    source = (
+        f"SECRET, KEY = {str(cwd / 'secret.txt')!r}, {str(data / 'key.txt')!r}\n"
+        f"TRAINER = {str(cwd)!r}\n" + _HOSTILE
+    )
+    return {"source": source, "data": str(data), "token": token, "key": key, "env": env}
+
+
+def test_hostile_reads_succeed_without_protection(trainer):
+    # The control: with both layers off, every route of the hostile program reaches a secret.
+    res = run_python(
+        trainer["source"],
+        timeout_s=5.0,
+        mount_namespace=False,
+        audit_guard=False,
+        hidden_paths=[trainer["data"]],
+    )
+    got = json.loads(res.stdout)
+    assert got["open"] == got["proc_cwd"] == trainer["token"]
+    assert got["listdir"] == ["secret.txt"] and got["pathlib"] == [trainer["token"]]
+    assert got["hidden_paths"] == trainer["key"]
+    assert trainer["env"] in got["proc_environ"]
+
+
+@pytest.mark.parametrize(
+    "mountns, guard", [(True, True), (True, False), (False, True)], ids=["both", "mount", "guard"]
+)
+def test_hostile_program_cannot_read_the_trainers_files(trainer, mountns, guard):
+    if mountns and not guard and not mount_namespace_available():
+        pytest.skip("this kernel refuses private mount namespaces; only the audit guard applies")
+    res = run_python(
+        trainer["source"],
+        timeout_s=5.0,
+        mount_namespace=mountns,
+        audit_guard=guard,
+        hidden_paths=[trainer["data"]],
+    )
+    got = json.loads(res.stdout)
+    for secret in (trainer["token"], trainer["key"], trainer["env"]):
+        assert secret not in res.stdout and secret not in res.stderr
+    if guard:  # the guard refuses every route first
+        assert all(v == "ERR PermissionError" for v in got.values()), got
+    else:  # the hidden directories are empty tmpfs mounts and /proc is covered
+        assert got["listdir"] == [] and got["pathlib"] == []
+        for route in ("open", "hidden_paths", "proc_cwd", "proc_environ"):
+            assert got[route] == "ERR FileNotFoundError", (route, got)
+
+
+def test_mount_namespace_probe_matches_a_run():
+    res = run_python("import os\nprint(os.path.exists('/proc/self'))", audit_guard=False)
+    assert res.stdout.strip() == str(not mount_namespace_available())
+
+
+def test_normal_program_runs_with_the_trainers_directories_hidden():
+    # Run from the repository (a hidden cwd holding the venv) as root (/root holding pyenv): the
+    # interpreter's directories must be bound back for these imports to work.
+    src = (
+        "import collections, decimal, fractions, json, math, re, statistics\n"
+        "words = re.findall(r'[a-z]+', 'b a b c b a')\n"
+        "print(json.dumps([collections.Counter(words).most_common(1)[0], math.comb(10, 3),\n"
+        "    str(decimal.Decimal(1) / 8), str(fractions.Fraction(6, 4)),\n"
+        "    statistics.median([3, 1, 2])]))\n"
+    )
+    res = run_python(src, timeout_s=5.0)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == [
+        ["b", 3],
+        math.comb(10, 3),
+        "0.125",
+        "3/2",
+        statistics.median([3, 1, 2]),
+    ]
+
+
+@pytest.mark.parametrize("mountns", [True, False], ids=["mount", "guard"])
+def test_sandbox_directory_inside_a_hidden_directory_stays_usable(trainer, monkeypatch, mountns):
+    # The temporary directory lies under the trainer's cwd, which is hidden: it is bound back,
+    # and the rest of the cwd stays hidden (empty but for the path to it, or refused).
+    if mountns and not mount_namespace_available():
+        pytest.skip("this kernel refuses private mount namespaces")
+    sandboxes = os.path.join(os.getcwd(), "tmp")
+    os.mkdir(sandboxes)
+    monkeypatch.setattr(tempfile, "tempdir", sandboxes)
+    src = (
+        "import os\nopen('note', 'w').write('kept')\n"
+        "try:\n    trainer = os.listdir('../..')\n"
+        "except PermissionError:\n    trainer = 'refused'\n"
+        "print(open('note').read(), sorted(os.listdir('.')), trainer)"
+    )
+    res = run_python(src, timeout_s=5.0, mount_namespace=mountns, audit_guard=not mountns)
+    assert res.returncode == 0, res.stderr
+    trainer_view = ["tmp"] if mountns else "refused"
+    assert res.stdout == f"kept {['_sandbox_prelude.py', 'main.py', 'note']} {trainer_view}\n"
+
+
+def test_hidden_paths_must_be_directories(tmp_path):
+    path = tmp_path / "file.txt"
+    path.write_text("x")
+    with pytest.raises(ValueError, match="not an existing directory"):
+        run_python("pass", hidden_paths=[str(path)])

@@ -19,8 +19,8 @@ from rljax.train.builders import (
     build_rollout_weights,
     build_task,
     prompt_format,
-    validate_config,
 )
+from rljax.train.validation import validate_config
 
 
 def tiny_config():
@@ -141,7 +141,7 @@ def test_rollout_weights_and_correction_from_config():
     "section,match",
     [
         ({"name": "vtrace"}, "rollout_correction.name='vtrace' is unknown"),
-        ({"name": "mis", "cap": 2.0}, "do not fit rollout_correction.name='mis'"),
+        ({"name": "mis", "cap": 2.0}, "unknown config key rollout_correction.cap"),
         ({"name": "tis", "cap": -1.0}, "cap=-1.0"),
     ],
 )

@@ -1,6 +1,8 @@
-"""End to end through the launcher: a run killed after a checkpoint resumes exactly.
+"""End to end through the launcher: a run killed at any point resumes exactly.
 
-A run of 2N steps and a run of N steps + SIGKILL + resume + N steps must log the same metrics.
+A run of 2N steps and a run SIGKILLed (rljax.train.faults) during a rollout, an update, an
+asynchronous checkpoint write or after a checkpoint, then resumed, must log the same metrics,
+each step once.
 """
 
 import json
@@ -31,8 +33,9 @@ TINY = [
 TIMING = ("time/step_s", "time/tokens_per_s")
 
 
-def launch(run_dir, *extra, config="configs/grpo_addition.py"):
+def launch(run_dir, *extra, config="configs/grpo_addition.py", kill_at=""):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device
+    env["RLJAX_KILL_AT"] = kill_at
     return subprocess.run(
         [
             sys.executable,
@@ -52,10 +55,10 @@ def launch(run_dir, *extra, config="configs/grpo_addition.py"):
 
 
 def records(run_dir):
-    out = {}
-    for line in open(os.path.join(run_dir, "metrics.jsonl")):
-        r = json.loads(line)
-        out[r["step"]] = {k: v for k, v in r.items() if k not in TIMING}
+    """step -> metrics without timings; each step must be logged exactly once."""
+    lines = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    out = {r["step"]: {k: v for k, v in r.items() if k not in TIMING} for r in lines}
+    assert len(out) == len(lines), "a step was logged twice"
     return out
 
 
@@ -82,31 +85,34 @@ SAMPLERS = (
     "--config.sft.batch_size=32",
     "--config.sft.learning_rate=3e-3",
 )
+# Where each recipe's run is killed, in turn, before the last resume. GRPO: in step 3's
+# rollout and in step 4's update (both after the step-2 checkpoint), then while the step-4
+# checkpoint is being written in the background, which must not be picked up half-written.
 RECIPES = {
-    "grpo": ("configs/grpo_addition.py", ()),
-    "uec_rl": ("configs/uec_rl_addition.py", UEC),
-    "samplers": ("configs/grpo_addition.py", SAMPLERS),
+    "grpo": ("configs/grpo_addition.py", (), ("3:rollout", "4:update", "4:checkpoint")),
+    "uec_rl": ("configs/uec_rl_addition.py", UEC, ("2:saved",)),
+    "samplers": ("configs/grpo_addition.py", SAMPLERS, ("2:saved",)),
 }
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
 def test_killed_run_resumes_with_identical_metrics(tmp_path, recipe):
-    config, flags = RECIPES[recipe]
+    config, flags, kills = RECIPES[recipe]
     straight, crashed = tmp_path / "straight", tmp_path / "crashed"
     done = launch(straight, *flags, config=config)
     assert done.returncode == 0, done.stderr[-3000:]
 
-    killed = launch(crashed, *flags, "--config.train.kill_at_step=2", config=config)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert sorted(os.listdir(crashed / "checkpoints")) == ["2"]
+    for kill_at in kills:
+        killed = launch(crashed, *flags, config=config, kill_at=kill_at)
+        assert killed.returncode == -signal.SIGKILL, (kill_at, killed.stderr[-3000:])
+        complete = sorted(p for p in os.listdir(crashed / "checkpoints") if p.isdigit())
+        assert complete == ["2"] or (kill_at == "4:checkpoint" and complete == ["2", "4"])
     resumed = launch(crashed, *flags, config=config)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
     a, b = records(straight), records(crashed)
-    assert sorted(a) == sorted(b) and max(a) == 4
-    for step in (3, 4):  # the steps after the crash, including the held-out evaluation
-        assert a[step] == b[step], step
-    assert "eval/accuracy" in a[4]
+    assert max(a) == 4 and "eval/accuracy" in a[4]
+    assert a == b  # SFT, every step, and the held-out evaluations
     if recipe == "samplers":  # the restored buffers were used after the crash
         assert a[3]["selection/replay"] == 3 * 4 * 4  # DARE: three steps of 4 x 4 rollouts
         assert a[3]["replay/buffer"] > 0 and "replay/loss" in a[3]

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from rljax.data import prompt_batches, prompt_dataset, sft_dataset
-from rljax.train.builders import build_policy, build_task, validate_config
+from rljax.train.builders import build_policy, build_task
 from rljax.train.loop import train
+from rljax.train.validation import validate_config
 
 RECIPES = ["grpo_countdown", "grpo_logic", "grpo_gaussian_mixture"]
 

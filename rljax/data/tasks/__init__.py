@@ -41,7 +41,8 @@ class Task(Protocol):
 #   group_rewards(completions, answer) -> [G] rewards: scores a prompt's samples together.
 
 
-_TASKS: dict[str, type] = {
+# Every built-in task, by `task.name`.
+TASKS: dict[str, type] = {
     "addition": AdditionTask,
     "countdown": CountdownTask,
     "gaussian_mixture": GaussianMixtureTask,
@@ -53,14 +54,14 @@ _TASKS: dict[str, type] = {
 
 def get_task(name: str, **kwargs: Any) -> Task:
     """The task registered as `name`, built with `kwargs` (e.g. get_task("addition", seed=1))."""
-    if name not in _TASKS:
-        close = difflib.get_close_matches(name, _TASKS, n=1)
+    if name not in TASKS:
+        close = difflib.get_close_matches(name, TASKS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(
-            f"unknown task {name!r}{hint}; known tasks: {sorted(_TASKS)}. New tasks "
+            f"unknown task {name!r}{hint}; known tasks: {sorted(TASKS)}. New tasks "
             "are registered in rljax/data/tasks/__init__.py"
         )
-    return _TASKS[name](**kwargs)
+    return TASKS[name](**kwargs)
 
 
 __all__ = [
@@ -69,6 +70,7 @@ __all__ = [
     "GaussianMixtureTask",
     "LocalTask",
     "LogicTask",
+    "TASKS",
     "Task",
     "WordProblemTask",
     "get_task",

@@ -1,0 +1,60 @@
+"""The `rljax` console script: `rljax report RUN_DIR [--out DIR]`, more subcommands to follow.
+
+argparse subcommands keep each tool a small function of its parsed arguments; `main` turns
+the errors a user can fix (a wrong path, an empty log) into one line on stderr and a non-zero
+exit code instead of a traceback. Also runs as `python -m rljax.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def _report(args: argparse.Namespace) -> int:
+    from rljax.metrics.report import write_report  # matplotlib loads only for this command
+
+    png, md = write_report(args.run_dir, args.out, args.last_n)
+    print(f"dashboard: {png}")
+    print(f"summary: {md}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rljax", description="rljax command-line tools.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    report = commands.add_parser(
+        "report",
+        help="write a PNG dashboard and a Markdown summary of a run's metrics.jsonl",
+        description="Writes report.png and report.md for the run in RUN_DIR.",
+    )
+    report.add_argument("run_dir", metavar="RUN_DIR", help="the run's directory (its run_dir)")
+    report.add_argument("--out", metavar="DIR", help="where the files go (default: RUN_DIR)")
+    report.add_argument(
+        "--last-n", type=int, default=10, help="RL steps averaged in the summary (default: 10)"
+    )
+    report.set_defaults(handler=_report)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs one subcommand.
+
+    Args:
+      argv: the arguments after the program name; default sys.argv[1:].
+
+    Returns:
+      The exit code: 0 on success, 1 on an error (printed as one line on stderr), 2 on bad
+      usage (argparse's message).
+    """
+    args = _parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except (OSError, ValueError, ImportError) as err:
+        print(f"rljax {args.command}: error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

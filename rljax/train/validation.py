@@ -1,0 +1,498 @@
+"""Config checks that run before anything is built or compiled.
+
+A researcher's slip (a typo'd key, a string where a count belongs, a group size that does not
+divide the batch, a mesh that does not match the devices) should stop the run at once with
+one line that names the key and says what to change, not minutes later inside XLA, and a
+typo'd key must not be silently ignored. `validate_config` is the one entry point.
+
+The schema is the full default config `configs/grpo_addition.py` (every key the driver reads,
+with its default, whose type is the expected type), plus the optional sections other configs
+add (`_OPTIONAL`). Three sections take keys that belong to what they name: `algorithm` (the
+preset's keyword arguments), `task` (the task's constructor) and `rollout_correction` (the
+correction's keyword arguments); those are checked against the callable's signature.
+Nothing here touches a device beyond `jax.device_count()`, loads weights or traces a function.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import json
+import math
+import os
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+from ml_collections import ConfigDict
+
+from configs.grpo_addition import get_config as reference_config
+from rljax import algorithms
+from rljax.algorithms.base import ppo_preset, regularized_preset
+from rljax.data.tasks import TASKS
+from rljax.models.config import TransformerConfig
+from rljax.models.tokenizer import ByteTokenizer
+from rljax.parallel.mesh import MESH_AXES
+from rljax.train.builders import (
+    ALGORITHMS,
+    FETCHABLE,
+    PROMPT_SELECTORS,
+    ROLLOUT_CORRECTIONS,
+    TASK_RUN_KEYS,
+    build_dare_settings,
+    build_lope_settings,
+    build_replay,
+    build_rollout_correction,
+    build_rollout_weights,
+    build_scorer,
+    token_level_rewards,
+)
+
+# Optional sections/keys the driver reads that configs/grpo_addition.py leaves out, with their
+# defaults: the separate critic of PPO (build_train_state) and the answer budget of a task
+# (loop.Prompts).
+_OPTIONAL = {"critic": {"separate": False}, "task": {"max_answer_len": 32}}
+# Sections whose other keys are a callable's keyword arguments (see `_callable_parameters`).
+_OPEN_SECTIONS = ("algorithm", "task", "rollout_correction")
+# Where a preset's `**name` goes: the presets document `**ppo_settings` as ppo_preset's keywords
+# and `**regularizers` as regularized_preset's. dr_grpo forwards `**kwargs` to grpo, passing
+# normalize_std and aggregation itself (interpretation: read from their bodies, not inspectable).
+_FORWARDED = {"ppo_settings": ppo_preset, "regularizers": regularized_preset}
+_FORWARDED_BY_PRESET = {"dr_grpo": (algorithms.grpo, ("normalize_std", "aggregation"))}
+# Arguments the driver passes itself, by section: {argument: the config key it comes from}.
+_DRIVER_ARGUMENTS = {"algorithm": {"group_size": "rollout.n_samples"}, "task": {"seed": "seed"}}
+# Preset arguments filled from the run when the config leaves them out (build_algorithm).
+_RUN_ARGUMENTS = ("vocab_size", "total_steps")
+
+
+def validate_config(config: ConfigDict) -> None:
+    """Raises a one-line ValueError naming the config key and the fix, or returns None.
+
+    Checks, in order: unknown keys (with the closest valid key) and value types against the
+    schema; the algorithm, task and rollout-correction settings against their signatures;
+    value ranges; the batch splits (group size, minibatches, micro-batches, mesh batch axes);
+    the mesh against `jax.device_count()`; prompt + completion length against a local
+    Hugging Face checkpoint's `max_position_embeddings`; and the feature combinations the
+    driver does not support. Nothing is built on a device and nothing is compiled.
+
+    Args:
+      config: a run config (e.g. `configs/grpo_addition.py: get_config()`).
+
+    Raises:
+      ValueError: the first problem found, e.g. `unknown config key train.learing_rate; did
+        you mean train.learning_rate?` or `train.steps='10' must be an int`.
+    """
+    _check_keys_and_types(config)
+    _check_ranges(config)
+    _check_batch_splits(config, jax.device_count())
+    _check_model(config)
+    _check_combinations(config)
+
+
+# --- keys and types ------------------------------------------------------------------------
+
+
+def _check_keys_and_types(config: ConfigDict) -> None:
+    """Every key is in the schema (or the named callable's signature) with a value of its type."""
+    schema = reference_config().to_dict()
+    for section, keys in _OPTIONAL.items():
+        schema[section] = {**keys, **schema.get(section, {})}
+    for key, value in config.items():
+        if key not in schema:
+            _unknown(key, schema)
+        if isinstance(schema[key], dict):
+            if not isinstance(value, (ConfigDict, Mapping)):
+                raise ValueError(f"{key}={value!r} must be a section (a ConfigDict of settings)")
+            _check_section(key, value, schema[key])
+        else:
+            _check_type(key, value, _types_of_value(schema[key]))
+
+
+def _check_section(section: str, values: Mapping[str, Any], schema: dict[str, Any]) -> None:
+    """The keys of one section: the schema's, plus the named callable's for open sections."""
+    name, params = None, {}
+    if section in _OPEN_SECTIONS:
+        name = values.get("name", schema.get("name"))
+        params = _callable_parameters(section, name)
+        run_keys = TASK_RUN_KEYS if section == "task" else ("name",)
+        schema = {k: v for k, v in schema.items() if k in run_keys}
+    for key, value in values.items():
+        full = f"{section}.{key}"
+        if key in schema:
+            _check_type(full, value, _types_of_value(schema[key]))
+        elif key in params:
+            _check_type(full, value, _types_of_parameter(*params[key]))
+        elif key in _DRIVER_ARGUMENTS.get(section, {}):
+            source = _DRIVER_ARGUMENTS[section][key]
+            raise ValueError(f"{full} is set by the driver from {source}; remove {full}")
+        else:
+            _unknown(full, {**schema, **params}, prefix=f"{section}.", owner=name)
+    for key, (param, _) in params.items():
+        required = param.default is inspect.Parameter.empty and key not in _RUN_ARGUMENTS
+        if required and values.get(key) is None:
+            raise ValueError(
+                f"{section}.{key} is required by {section}.name={name!r}; "
+                f"set --config.{section}.{key}=..."
+            )
+
+
+def _callable_parameters(section: str, name: Any) -> dict[str, tuple[inspect.Parameter, Any]]:
+    """{keyword: (parameter, the function that declares it)} that `section.name` accepts.
+
+    The arguments the driver passes itself (`_DRIVER_ARGUMENTS`) are left out; a name that is
+    not registered is an error naming the key (with the closest registered name).
+    """
+    _check_type(f"{section}.name", name, (str,))
+    registry = {"algorithm": ALGORITHMS, "task": TASKS, "rollout_correction": ROLLOUT_CORRECTIONS}
+    known = registry[section]
+    if section == "rollout_correction" and name == "none":
+        return {}
+    if name not in known:
+        names = sorted(known) + (["none"] if section == "rollout_correction" else [])
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ValueError(f"{section}.name={name!r} is unknown; {hint}choose one of {names}")
+    params = _preset_parameters(name) if section == "algorithm" else _keywords(known[name])
+    for key in _DRIVER_ARGUMENTS.get(section, {}):
+        params.pop(key, None)
+    return params
+
+
+def _preset_parameters(name: str) -> dict[str, tuple[inspect.Parameter, Any]]:
+    """The keyword arguments of the `algorithm.name` preset, following its `**settings` to the
+    function they are forwarded to (`_FORWARDED`, `_FORWARDED_BY_PRESET`)."""
+    preset = ALGORITHMS[name]
+    params = _keywords(preset)
+    for param in inspect.signature(preset).parameters.values():
+        if param.kind is not inspect.Parameter.VAR_KEYWORD:
+            continue
+        target, passed = _FORWARDED_BY_PRESET.get(name, (_FORWARDED.get(param.name), ()))
+        if target is None:
+            raise TypeError(
+                f"algorithm preset {name!r} forwards **{param.name} to a function "
+                "rljax.train.validation does not know; add it to _FORWARDED"
+            )
+        for key, (inner, owner) in _keywords(target).items():
+            if inner.default is not inspect.Parameter.empty and key not in passed:
+                params.setdefault(key, (inner, owner))
+    return params
+
+
+def _keywords(fn: Callable[..., Any]) -> dict[str, tuple[inspect.Parameter, Any]]:
+    """The named parameters of `fn` (no *args / **kwargs), each with `fn`."""
+    skip = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return {
+        p.name: (p, fn) for p in inspect.signature(fn).parameters.values() if p.kind not in skip
+    }
+
+
+def _unknown(key: str, valid: Mapping[str, Any], prefix: str = "", owner: str | None = None):
+    """Raises the unknown-key error with the closest valid key, or the list of valid keys."""
+    names = [prefix + k for k in valid]
+    close = difflib.get_close_matches(key, names, n=1)
+    where = f" (for {prefix}name={owner!r})" if owner is not None else ""
+    if close:
+        raise ValueError(f"unknown config key {key}{where}; did you mean {close[0]}?")
+    raise ValueError(f"unknown config key {key}{where}; valid keys: {', '.join(sorted(names))}")
+
+
+# Types a value may have, by the type it must be: an int count is never a float or a bool;
+# an int is a fine float; a tuple may be written as a list.
+_ACCEPTED = {bool: (bool,), int: (int,), float: (int, float), str: (str,), tuple: (tuple, list)}
+_TYPE_NAMES = {bool: "a bool (True or False)", int: "an int", float: "a float", str: "a str"}
+
+
+def _types_of_value(default: Any) -> tuple[type, ...] | None:
+    """The expected types of a key whose reference default is `default` (None: any)."""
+    for kind in _ACCEPTED:  # bool before int: a bool is an int to isinstance
+        if isinstance(default, kind):
+            return (kind,)
+    if isinstance(default, list):
+        return (tuple,)
+    return None
+
+
+def _types_of_parameter(param: inspect.Parameter, owner: Any) -> tuple[type, ...] | None:
+    """The expected types of a keyword argument, from its annotation (else its default)."""
+    try:
+        hints = typing.get_type_hints(owner)
+    except (NameError, TypeError):  # an annotation that does not resolve: use the default
+        hints = {}
+    hint = hints.get(param.name, inspect.Parameter.empty)
+    if hint is inspect.Parameter.empty:
+        if param.default in (inspect.Parameter.empty, None):
+            return None
+        return _types_of_value(param.default)
+    options = typing.get_args(hint) if _is_union(hint) else (hint,)
+    kinds = []
+    for option in options:
+        base = typing.get_origin(option) or option
+        if base is type(None):
+            kinds.append(type(None))
+        elif base in _ACCEPTED:
+            kinds.append(base)
+        else:  # a callable, a protocol, a dict...: not checked
+            return None
+    return tuple(kinds)
+
+
+def _is_union(hint: Any) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
+
+
+def _check_type(key: str, value: Any, kinds: tuple[type, ...] | None) -> None:
+    """Raises `key=value must be an int` (etc.) when `value` is none of `kinds`."""
+    if kinds is None or value is None:  # None: a placeholder, or an optional setting left off
+        return
+    for kind in kinds:
+        if kind is type(None):
+            continue
+        accepted = _ACCEPTED[kind]
+        if isinstance(value, accepted) and (kind is bool or not isinstance(value, bool)):
+            return
+    names = " or ".join(_TYPE_NAMES.get(k, "a tuple") for k in kinds if k is not type(None))
+    raise ValueError(f"{key}={value!r} must be {names}")
+
+
+# --- value ranges --------------------------------------------------------------------------
+
+
+def _check_ranges(config: ConfigDict) -> None:
+    """Counts, lengths, rates and sampling settings a run cannot use."""
+    t, r, s = config.train, config.rollout, config.sft
+    for key in ("steps", "prompts_per_step", "eval_every", "checkpoint_every", "epochs"):
+        _at_least(f"train.{key}", t[key], 1)
+    for key in ("minibatches", "microbatches", "vocab_chunk", "max_checkpoints"):
+        _at_least(f"train.{key}", t.get(key, 1), 1)
+    for key in ("warmup_steps", "max_staleness"):
+        _at_least(f"train.{key}", t.get(key, 0), 0)
+    _at_least("train.max_consecutive_skips", t.get("max_consecutive_skips", 1), 1)
+    _at_least("train.log_samples", t.get("log_samples", 0), -1)
+    _positive("train.learning_rate", t.learning_rate)
+    _positive("train.max_grad_norm", t.get("max_grad_norm", 1.0))
+    _at_least("train.weight_decay", t.get("weight_decay", 0.0), 0)
+    if not 0.0 <= t.get("pack_ratio", 0.0) <= 1.0:
+        raise ValueError(f"train.pack_ratio={t.pack_ratio} must be in [0, 1] (0: off)")
+    _at_least("sft.steps", s.steps, 0)
+    if s.steps > 0:
+        _at_least("sft.batch_size", s.batch_size, 1)
+        _positive("sft.learning_rate", s.learning_rate)
+    _at_least("task.max_prompt_len", config.task.max_prompt_len, 1)
+    _at_least("task.eval_size", config.task.eval_size, 1)
+    _at_least("task.max_answer_len", config.task.get("max_answer_len", 32), 1)
+    _at_least("rollout.max_new_tokens", r.max_new_tokens, 1)
+    if r.n_samples < 2:
+        raise ValueError(
+            f"rollout.n_samples={r.n_samples}: group-relative advantages need "
+            "at least 2 samples per prompt"
+        )
+    _positive("rollout.temperature", r.temperature)
+    _at_least("rollout.top_k", r.top_k, 0)
+    if not 0.0 < r.top_p <= 1.0:
+        raise ValueError(f"rollout.top_p={r.top_p} must be in (0, 1] (1 disables it)")
+    _at_least("rollout.max_refill_rounds", r.get("max_refill_rounds", 0), 0)
+    _at_least("rollout.cuts_top_k", r.get("cuts_top_k", 0), 0)
+    _at_least("rollout.cuts_ratio", r.get("cuts_ratio", math.e), 1)
+    if not 0.0 <= r.get("cuts_fraction", 0.5) <= 1.0:
+        raise ValueError(f"rollout.cuts_fraction={r.cuts_fraction} must be in [0, 1]")
+    build_rollout_weights(config)
+    build_rollout_correction(config)
+    build_scorer(config)
+
+
+def _at_least(key: str, value: float, low: float) -> None:
+    if value < low:
+        raise ValueError(f"{key}={value} must be >= {low}")
+
+
+def _positive(key: str, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{key}={value} must be > 0")
+
+
+# --- batch splits and the mesh -------------------------------------------------------------
+
+
+def _check_batch_splits(config: ConfigDict, device_count: int) -> None:
+    """Rows per step vs the update's splits, and the mesh vs the devices, as the driver uses
+    them: the trainer's mesh gets the devices after the sampler's `mesh.sampler_devices`, the
+    batch is split over its data x fsdp axes, every update over minibatches x microbatches."""
+    t, r, m = config.train, config.rollout, config.mesh
+    per_update = t.minibatches * t.microbatches
+    rows = t.prompts_per_step * r.n_samples
+    if rows % per_update:
+        raise ValueError(
+            f"train.prompts_per_step x rollout.n_samples = {t.prompts_per_step} x {r.n_samples} "
+            f"= {rows} rows is not divisible by train.minibatches x train.microbatches = "
+            f"{t.minibatches} x {t.microbatches}; change one of them"
+        )
+    sampler_devices = m.get("sampler_devices", 0)
+    if sampler_devices and not 0 < sampler_devices < device_count:
+        raise ValueError(
+            f"mesh.sampler_devices={sampler_devices} must leave the trainer at least one of the "
+            f"{device_count} devices (0: the sampler shares the trainer's mesh)"
+        )
+    sizes = _mesh_sizes(m, device_count - sampler_devices, sampler_devices)
+    batch_split = sizes["data"] * sizes["fsdp"]
+    if t.prompts_per_step % batch_split:
+        raise ValueError(
+            f"train.prompts_per_step={t.prompts_per_step} is not divisible by mesh.data x "
+            f"mesh.fsdp = {sizes['data']} x {sizes['fsdp']}; change one of them"
+        )
+    if config.sft.steps > 0 and config.sft.batch_size % batch_split:
+        raise ValueError(
+            f"sft.batch_size={config.sft.batch_size} is not divisible by mesh.data x mesh.fsdp "
+            f"= {sizes['data']} x {sizes['fsdp']}; change one of them"
+        )
+    if sampler_devices and t.prompts_per_step % sampler_devices:
+        raise ValueError(
+            f"train.prompts_per_step={t.prompts_per_step} is not divisible by "
+            f"mesh.sampler_devices={sampler_devices} (the sampler splits prompts over them)"
+        )
+    replay = build_replay(config)
+    if replay is not None:
+        replay_rows = replay.groups * r.n_samples
+        if replay_rows % per_update or replay.groups % batch_split:
+            raise ValueError(
+                f"replay.groups={replay.groups} groups x rollout.n_samples={r.n_samples} must "
+                f"split into train.minibatches x train.microbatches = {per_update} parts and "
+                f"its groups over mesh.data x mesh.fsdp = {batch_split}; change replay.groups"
+            )
+
+
+def _mesh_sizes(mesh: ConfigDict, devices: int, sampler_devices: int) -> dict[str, int]:
+    """{axis: size} of the trainer's mesh on `devices` devices, -1 resolved as
+    `rljax.parallel.mesh.make_mesh` does, with the config's keys in the messages."""
+    sizes = {axis: mesh.get(axis, 1) for axis in MESH_AXES}
+    given = " x ".join(f"mesh.{a}={s}" for a, s in sizes.items())
+    available = f"jax.device_count()={devices + sampler_devices}"
+    if sampler_devices:
+        available += f" - mesh.sampler_devices={sampler_devices} = {devices}"
+    if list(sizes.values()).count(-1) > 1:
+        raise ValueError(f"{given}: at most one mesh size may be -1 (the devices left)")
+    if any(s == 0 or s < -1 for s in sizes.values()):
+        raise ValueError(f"{given}: mesh sizes must be positive (or -1: the devices left)")
+    rest = math.prod(s for s in sizes.values() if s != -1)
+    if -1 in sizes.values():
+        if devices % rest:
+            raise ValueError(
+                f"{given}: the other sizes' product {rest} does not divide the {available} "
+                f"devices; set sizes whose product divides {devices}"
+            )
+        return {a: devices // rest if s == -1 else s for a, s in sizes.items()}
+    if rest != devices:
+        raise ValueError(
+            f"{given} = {rest} devices, but the trainer has {available}; set sizes whose "
+            f"product is {devices} (or one of them to -1)"
+        )
+    return sizes
+
+
+# --- the model -----------------------------------------------------------------------------
+
+
+def _check_model(config: ConfigDict) -> None:
+    """A scratch model's shape and dtypes; a checkpoint's length budget when it is known
+    without loading weights (a local Hugging Face directory's config.json)."""
+    m = config.model
+    if m.get("remat", "none") not in ("none", "block"):
+        raise ValueError(f"model.remat={m.remat!r} is unknown; use 'none' or 'block'")
+    _at_least("model.attention_chunk", m.get("attention_chunk", 0), 0)
+    source = m.checkpoint
+    if not source:
+        try:
+            TransformerConfig(
+                vocab_size=ByteTokenizer().vocab_size,
+                d_model=m.d_model,
+                n_layers=m.n_layers,
+                n_heads=m.n_heads,
+                n_kv_heads=m.n_kv_heads,
+                d_ff=m.d_ff,
+                rope_theta=m.rope_theta,
+                dtype=m.dtype,
+                param_dtype=m.param_dtype,
+                num_experts=m.get("num_experts", 0),
+                experts_per_token=m.get("experts_per_token", 2),
+                expert_d_ff=m.get("expert_d_ff", 0) or None,
+            )
+        except ValueError as err:  # its messages name the fields: name them as config keys
+            fields = "|".join(m.keys())
+            detail = re.sub(rf"(TransformerConfig\.|\b)({fields})=", r"model.\2=", str(err))
+            raise ValueError(f"model settings: {detail}") from None
+        return
+    if source in FETCHABLE or source.endswith(".gguf"):
+        return  # the length budget is read when the model is loaded
+    path = os.path.join(source, "config.json")
+    if not os.path.isfile(path):
+        raise ValueError(
+            f"model.checkpoint={source!r} is neither a directory with a config.json, a .gguf "
+            f"file nor one of {FETCHABLE}; pass a local checkpoint"
+        )
+    with open(path, encoding="utf-8") as f:
+        max_len = json.load(f).get("max_position_embeddings")
+    need = config.task.max_prompt_len + config.rollout.max_new_tokens
+    if max_len is not None and need > max_len:
+        raise ValueError(
+            f"task.max_prompt_len + rollout.max_new_tokens = {config.task.max_prompt_len} + "
+            f"{config.rollout.max_new_tokens} = {need} tokens exceed the checkpoint's "
+            f"max_position_embeddings={max_len}; lower one of them"
+        )
+
+
+# --- feature combinations ------------------------------------------------------------------
+
+
+def _check_combinations(config: ConfigDict) -> None:
+    """Features that do not combine, and prompt-selection settings."""
+    t = config.train
+    if token_level_rewards(config):
+        if config.algorithm.name != "ppo":
+            raise ValueError(
+                "reward.token_level=True: token rewards are credited by GAE; use "
+                f"algorithm.name='ppo', not {config.algorithm.name!r}"
+            )
+        if config.get("lope") and config.lope.get("num_perturbed", 0):
+            raise ValueError(
+                "reward.token_level does not combine with lope (set lope.num_perturbed=0)"
+            )
+        if config.get("replay") and config.replay.get("name", "none") != "none":
+            raise ValueError(
+                "reward.token_level does not combine with replay (set replay.name='none')"
+            )
+    selection = config.get("prompt_selection")
+    if selection is not None and selection.name != "none":
+        if selection.name not in PROMPT_SELECTORS:
+            raise ValueError(
+                f"prompt_selection.name={selection.name!r} is unknown; choose one of "
+                f"{['none', *PROMPT_SELECTORS]}"
+            )
+        pool_size = selection.get("pool_size", 0)
+        if pool_size and pool_size < t.prompts_per_step:
+            raise ValueError(
+                f"prompt_selection.pool_size={pool_size} is smaller than a batch of "
+                f"train.prompts_per_step={t.prompts_per_step}"
+            )
+        if config.algorithm.name == "uec_rl":
+            raise ValueError("prompt_selection does not combine with UEC-RL's own collection")
+        if selection.name == "dare":
+            build_dare_settings(config)
+    if build_replay(config) is not None and config.algorithm.name == "uec_rl":
+        raise ValueError("replay.name='fresh_per' does not combine with UEC-RL's own replay")
+    lope = build_lope_settings(config)
+    if lope is not None:
+        if config.model.get("num_experts", 0):
+            raise ValueError(
+                "lope does not combine with an MoE model yet (rescued rows would keep the failed "
+                "rows' expert routes); set lope.num_perturbed=0 or model.num_experts=0"
+            )
+        if config.algorithm.name == "uec_rl":
+            raise ValueError("lope does not combine with UEC-RL's own collection")
+        max_len = config.lope.get("max_prompt_len", 0)
+        if max_len <= config.task.max_prompt_len:
+            raise ValueError(
+                f"lope.max_prompt_len={max_len} must exceed task.max_prompt_len="
+                f"{config.task.max_prompt_len} to leave room for the Lorem-Ipsum prefix"
+            )

@@ -1,0 +1,126 @@
+"""Soak test (slow): 500 steps with a checkpoint every 20, killed again and again at random.
+
+The run is SIGKILLed at random moments (after a random delay) and at random (step, phase)
+points of the driver (rljax.train.faults: rollout, update, mid-checkpoint-write, saved), and
+resumed each time until it finishes. Against one uninterrupted run of the same config, its logs
+must hold every step once with the same metrics, and every step's rollouts (prompt ids,
+completions, rewards) once and identical: no data, step or sample lost or repeated.
+
+  pytest -m slow tests/train/test_soak.py -s   # prints what each kill hit
+"""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rljax.train.faults import PHASES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STEPS, EVERY, KILLS = 500, 20, 16
+FLAGS = [
+    "--config.model.d_model=32",
+    "--config.model.n_layers=1",
+    "--config.model.n_heads=2",
+    "--config.model.n_kv_heads=1",
+    "--config.model.d_ff=64",
+    "--config.task.max_digits=1",  # with a longer SFT: mixed rewards, so the policy moves
+    "--config.sft.steps=300",
+    "--config.sft.batch_size=32",
+    "--config.sft.learning_rate=3e-3",
+    "--config.train.prompts_per_step=4",
+    "--config.rollout.n_samples=4",
+    "--config.task.eval_size=16",
+    f"--config.train.steps={STEPS}",
+    f"--config.train.checkpoint_every={EVERY}",
+    "--config.train.eval_every=100",
+    "--config.train.log_samples=-1",
+    "--config.train.learning_rate=1e-3",
+]
+TIMING = ("time/step_s", "time/tokens_per_s")
+
+
+def start(run_dir, kill_at=""):
+    """Launches the run in the background; its stderr goes to run_dir.stderr (a pipe left
+    unread would fill up with progress bars and block the run)."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["RLJAX_KILL_AT"] = kill_at
+    command = [sys.executable, "-m", "launchers.train", "--config=configs/grpo_addition.py"]
+    with open(f"{run_dir}.stderr", "w") as stderr:
+        return subprocess.Popen(
+            [*command, f"--config.run_dir={run_dir}", *FLAGS],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+
+
+def tail(run_dir):
+    return open(f"{run_dir}.stderr").read()[-3000:]
+
+
+def logged_steps(run_dir):
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return 0
+    steps = [json.loads(line)["step"] for line in open(path) if line.endswith("}\n")]
+    return max(steps, default=0)
+
+
+def jsonl(run_dir, name):
+    return [json.loads(line) for line in open(os.path.join(run_dir, name))]
+
+
+@pytest.mark.slow
+def test_random_kills_lose_and_repeat_nothing(tmp_path):
+    rng = random.Random(0)
+    straight, crashed = tmp_path / "straight", tmp_path / "crashed"
+    process = start(straight)
+    assert process.wait(timeout=3600) == 0, tail(straight)
+
+    kills = []
+    for attempt in range(KILLS + 1):
+        done = logged_steps(crashed)
+        if attempt == KILLS:  # enough: let it finish
+            target, process = None, start(crashed)
+        elif attempt % 2:  # a random point of the driver, a few steps ahead
+            step, phase = min(done + rng.randint(1, 3 * EVERY), STEPS), rng.choice(PHASES)
+            if phase in ("checkpoint", "saved"):  # only checkpoint steps have these points
+                step = min(-(-step // EVERY) * EVERY, STEPS)
+            target = f"{step}:{phase}"
+            process = start(crashed, target)
+        else:  # a random moment: start-up takes ~8 s, 500 steps ~10 s on 2 cores
+            target = None
+            process = start(crashed)
+            try:
+                process.wait(timeout=rng.uniform(4.0, 14.0))
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGKILL)
+        code = process.wait(timeout=3600)
+        if code == 0:
+            break
+        assert code == -signal.SIGKILL, tail(crashed)
+        kills.append((target or "random moment", done, logged_steps(crashed)))
+        time.sleep(0.1)
+    assert code == 0, "the killed run did not finish once left alone"
+    print(f"{len(kills)} kills (target, last logged step before, after): {kills}")
+    assert len(kills) >= KILLS // 2
+
+    a, b = jsonl(straight, "metrics.jsonl"), jsonl(crashed, "metrics.jsonl")
+    assert sum(r.get("reward/std", 0.0) > 0 for r in a) > STEPS // 2  # the updates did move
+    assert [r["step"] for r in b] == [r["step"] for r in a]  # each step once, in order
+    assert sorted({r["step"] for r in a if r["step"] > 0}) == list(range(1, STEPS + 1))
+    strip = lambda r: {k: v for k, v in r.items() if k not in TIMING}  # noqa: E731
+    for x, y in zip(a, b):
+        assert strip(x) == strip(y), x["step"]
+
+    a, b = jsonl(straight, "samples.jsonl"), jsonl(crashed, "samples.jsonl")
+    assert len(a) == STEPS * 4 and a == b  # every step's 4 groups: prompts, completions, rewards
+    ids = [r["prompt_id"] for r in b]
+    assert len(set(ids)) == len(ids)  # 2000 prompts of a larger split: none drawn twice
