@@ -29,10 +29,13 @@ setup(
         "tqdm>=4.66",
         "gguf>=0.17",  # GGUF checkpoints (llama.cpp's format)
         "jinja2>=3.1.6",  # chat templates
+        "matplotlib>=3.8",  # rljax report's dashboard
     ],
+    entry_points={"console_scripts": ["rljax=rljax.cli:main"]},
     extras_require={
         "test": [
             "pytest>=8.0",
+            "pytest-xdist>=3.6",  # make test runs the suite on 2 workers
             "hypothesis>=6.100",
             "nbclient>=0.10",
             "nbformat>=5.10",

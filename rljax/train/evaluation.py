@@ -1,0 +1,244 @@
+"""Sampled evaluation of a policy: pass@k, avg@n and greedy accuracy on a task's split.
+
+Training logs greedy accuracy (`rljax.train.loop.evaluate`); what RL changes is often the
+spread of the sampled answers, which pass@k at several k shows. Each problem gets n samples
+at the evaluation temperature (top_k/top_p from `rollout.*`) and one greedy decode; pass@k
+uses the unbiased estimator of Chen et al. 2021. `restore_policy` loads a training run's
+policy from its checkpoints with the same config, so model, task and prompt format match.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from ml_collections import ConfigDict
+
+from rljax.data.tasks import Task
+from rljax.models.tokenizer import Tokenizer
+from rljax.parallel.mesh import make_mesh
+from rljax.parallel.rules import mesh_shardings, shard_params
+from rljax.rollout.sampler import generate
+from rljax.rollout.sampling import SamplingParams
+from rljax.train.builders import (
+    build_algorithm,
+    build_optimizer,
+    build_policy,
+    build_scorer,
+    build_train_state,
+)
+from rljax.train.checkpoint import Checkpointer
+from rljax.train.collect import decode_completions, score_rollout
+from rljax.train.loop import Prompts
+
+
+def pass_at_k(correct: np.ndarray, n: int, k: int) -> np.ndarray:
+    """Unbiased pass@k per problem: 1 - C(n - c, k) / C(n, k), c correct out of n samples.
+
+    "Evaluating Large Language Models Trained on Code" (Chen et al. 2021, arXiv 2107.03374):
+    the probability that a k-subset of the n samples, drawn without replacement, holds a
+    correct one. The ratio is computed as the product prod_{j<k} (n - c - j) / (n - j) in
+    float64, which stays exact where the binomials themselves would overflow.
+
+    Args:
+      correct: [P] integer counts c of correct samples, 0 <= c <= n.
+      n: samples per problem.
+      k: subset size, 1 <= k <= n.
+
+    Returns:
+      [P] float64 pass@k values.
+
+    Raises:
+      ValueError: k is not in [1, n], or a count is outside [0, n].
+    """
+    correct = np.asarray(correct)
+    if not 1 <= k <= n:
+        raise ValueError(f"k={k} must be in [1, n={n}]: pass@k needs at least k samples")
+    if correct.size and (correct.min() < 0 or correct.max() > n):
+        raise ValueError(
+            f"correct counts must be in [0, n={n}]; got {correct.min()}..{correct.max()}"
+        )
+    wrong = (n - correct).astype(np.float64)
+    j = np.arange(k, dtype=np.float64)
+    fail = np.prod(np.maximum(wrong[:, None] - j, 0.0) / (n - j), axis=1)  # 0 once n - c < k
+    return 1.0 - fail
+
+
+def restore_policy(
+    config: ConfigDict, step: int | None = None
+) -> tuple[int, Tokenizer, nnx.GraphDef, nnx.State]:
+    """A training run's policy, from `run_dir/checkpoints`, placed on the run's mesh.
+
+    Args:
+      config: the training run's config (validated: `rljax.train.validate_config`).
+      step: the checkpoint's step; None the newest; 0 the model as `model.*` builds it
+        (before any training, without the SFT warm start), needing no checkpoint.
+
+    Returns:
+      (step, tokenizer, graphdef, params).
+
+    Raises:
+      FileNotFoundError: no checkpoint directory, no complete checkpoint, or none at `step`;
+        the message names the directory.
+      ValueError: a negative step, or a checkpoint that does not fit the config's train state.
+    """
+    if step is not None and step < 0:
+        raise ValueError(f"step={step} must be >= 0 (0: the untrained model; None: the newest)")
+    directory = os.path.join(os.path.abspath(config.run_dir), "checkpoints")
+    missing = (
+        f"no checkpoint in {directory}; train with this config and run_dir first, or evaluate "
+        "the untrained model with step 0 (--step=0)"
+    )
+    if step != 0 and not os.path.isdir(directory):  # before building anything: fails fast
+        raise FileNotFoundError(missing)
+    tokenizer, model_config, graphdef, params = build_policy(config)
+    devices = jax.devices()[config.mesh.get("sampler_devices", 0) :]
+    m = config.mesh
+    mesh = make_mesh(m.data, m.fsdp, m.tensor, devices=devices, expert=m.get("expert", 1))
+    if step == 0:
+        return 0, tokenizer, graphdef, shard_params(params, mesh)
+    checkpointer = Checkpointer(directory, config.train.max_checkpoints, async_save=False)
+    try:
+        step = checkpointer.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(missing)
+        algorithm = build_algorithm(config, model_config.vocab_size)
+        like, _ = build_train_state(
+            config, model_config, params, algorithm, build_optimizer(config.train)
+        )
+        like = jax.device_put(like, mesh_shardings(like, mesh))
+        state, _ = checkpointer.restore(step, like)
+    finally:
+        checkpointer.close()
+    return step, tokenizer, graphdef, state.params
+
+
+def sample_eval(
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    task: Task,
+    prompts: Prompts,
+    config: ConfigDict,
+    n_samples: int,
+    ks: Sequence[int],
+    *,
+    temperature: float | None = None,
+    split: str = "test",
+    num_problems: int | None = None,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """pass@k, avg@n, greedy accuracy and lengths of a policy on the first problems of a split.
+
+    Problems go in batches of `train.prompts_per_step` (the last one padded with copies of its
+    last problem, whose results are dropped, so every batch has the compiled shape). A sample
+    is correct when its reward is >= 1, as in `rljax.train.loop.evaluate`; rewards come from the
+    config's scorer (`reward.*`), or a task's `group_rewards` over each problem's n samples.
+    Interpretation: the samples use plain temperature/top-k/top-p sampling with the given
+    params; the training sampler's CUTS rows and quantized weights (`rollout.cuts_top_k`,
+    `rollout.weight_format`) are exploration and speed devices of training, not the policy.
+
+    Args:
+      graphdef, params: the policy.
+      task: the task; `prompts` turns its problems into model input.
+      config: the run's config (`rollout.*`, `train.prompts_per_step`, `task.eval_size`).
+      n_samples: n >= 1 samples per problem.
+      ks: the k of pass@k, each in [1, n].
+      temperature: sampling temperature (> 0); None takes `rollout.temperature`.
+      split: the task split.
+      num_problems: the split's first this many problems; None takes `task.eval_size`.
+      seed: sampling key (batch b samples with fold_in(PRNGKey(seed), b)); None: `config.seed`.
+
+    Returns:
+      A JSON-ready dict: split, num_problems, n_samples, temperature, top_k, top_p, seed;
+      "pass_at_k" {str(k): mean over problems of pass@k}; "avg_at_n" (accuracy over all
+      samples), "mean_reward"; "greedy_accuracy", "greedy_reward"; "mean_completion_length"
+      and "greedy_mean_completion_length" (tokens, EOS included); "reward_failures" (failed
+      reward calls by kind); "problems": per problem {"index", "correct" (of n),
+      "greedy_correct", "greedy_completion" (the text)}.
+
+    Raises:
+      ValueError: n_samples < 1, a k outside [1, n], or bad sampling settings or problem count.
+    """
+    r = config.rollout
+    temperature = r.temperature if temperature is None else temperature
+    num_problems = config.task.eval_size if num_problems is None else num_problems
+    seed = config.seed if seed is None else seed
+    if n_samples < 1:
+        raise ValueError(f"n_samples={n_samples} must be >= 1")
+    ks = sorted(set(ks))
+    for k in ks:
+        pass_at_k(np.zeros(0, np.int64), n_samples, k)  # checks 1 <= k <= n
+    sampling = SamplingParams(temperature=temperature, top_k=r.top_k, top_p=r.top_p)
+    dataset = prompts.dataset(
+        task, split, seed=None, num_examples=num_problems, shard_index=0, shard_count=1
+    )
+    tokenizer, scorer = prompts.tokenizer, build_scorer(config)
+    decode = functools.partial(
+        generate,
+        graphdef,
+        params,
+        max_new_tokens=r.max_new_tokens,
+        eos_id=tokenizer.eos_id,
+        pad_id=tokenizer.pad_id,
+    )
+    batch_size = min(num_problems, config.train.prompts_per_step)
+    rewards: dict[str, list] = {"sampled": [], "greedy": []}  # [real, n] per batch
+    lengths: dict[str, list] = {"sampled": [], "greedy": []}  # [real * n] per batch
+    failures: collections.Counter = collections.Counter()
+    indices, greedy_texts = [], []
+    for b, start in enumerate(range(0, num_problems, batch_size)):
+        rows = [dataset[i] for i in range(start, min(start + batch_size, num_problems))]
+        real = len(rows)
+        rows += [rows[-1]] * (batch_size - real)
+        batch = {key: np.stack([row[key] for row in rows]) for key in rows[0]}
+        tokens, mask = jnp.asarray(batch["prompt_tokens"]), jnp.asarray(batch["prompt_mask"])
+        key = jax.random.fold_in(jax.random.PRNGKey(seed), b)
+        real_batch = {name: value[:real] for name, value in batch.items()}
+        for mode, n, how in (
+            ("sampled", n_samples, sampling),
+            ("greedy", 1, SamplingParams(greedy=True)),
+        ):
+            out = decode(tokens, mask, key, n_samples=n, sampling=how)
+            out_tokens = np.asarray(out.completion_tokens)[: real * n]
+            out_mask = np.asarray(out.completion_mask)[: real * n]
+            scores, failed = score_rollout(
+                task, tokenizer, real_batch, out_tokens, out_mask, n, scorer
+            )
+            rewards[mode].append(np.asarray(scores, np.float64).reshape(real, n))
+            lengths[mode].append(out_mask.sum(axis=1))
+            failures.update(failed)
+            if mode == "greedy":
+                greedy_texts += decode_completions(tokenizer, out_tokens, out_mask)
+        indices += [int(i) for i in real_batch["index"]]
+    sampled_rewards, greedy_rewards = (np.concatenate(rewards[m]) for m in ("sampled", "greedy"))
+    sampled_lengths, greedy_lengths = (np.concatenate(lengths[m]) for m in ("sampled", "greedy"))
+    correct = (sampled_rewards >= 1.0).sum(axis=1)
+    greedy_correct = greedy_rewards[:, 0] >= 1.0
+    return {
+        "split": split,
+        "num_problems": num_problems,
+        "n_samples": n_samples,
+        "temperature": float(temperature),
+        "top_k": int(r.top_k),
+        "top_p": float(r.top_p),
+        "seed": int(seed),
+        "pass_at_k": {str(k): float(pass_at_k(correct, n_samples, k).mean()) for k in ks},
+        "avg_at_n": float((sampled_rewards >= 1.0).mean()),
+        "mean_reward": float(sampled_rewards.mean()),
+        "greedy_accuracy": float(greedy_correct.mean()),
+        "greedy_reward": float(greedy_rewards.mean()),
+        "mean_completion_length": float(sampled_lengths.mean()),
+        "greedy_mean_completion_length": float(greedy_lengths.mean()),
+        "reward_failures": {kind: int(count) for kind, count in sorted(failures.items())},
+        "problems": [
+            {"index": i, "correct": int(c), "greedy_correct": bool(g), "greedy_completion": t}
+            for i, c, g, t in zip(indices, correct, greedy_correct, greedy_texts)
+        ],
+    }
