@@ -210,15 +210,21 @@ def diffusion_generate(
         probs=jnp.zeros(shape, jnp.float32),
     )
     out = jax.lax.fori_loop(0, n_steps, step, init)
+    block_ids = jnp.broadcast_to(jnp.arange(gen_length) // block_size, shape)
+    return _rollout(prompt_tokens, prompt_mask, out, block_ids.astype(jnp.int32), eos_id)
 
+
+def _rollout(prompt_tokens, prompt_mask, out: dict, block_ids, eos_id) -> DiffusionRollout:
+    """The sampler's final state as a `DiffusionRollout`; `completion_mask` ends at the first
+    EOS (inclusive) when `eos_id` is given."""
     completion = out["tokens"]
-    position = jnp.arange(gen_length)
     if eos_id is None:
-        completion_mask = jnp.ones(shape, bool)
+        completion_mask = jnp.ones(completion.shape, bool)
     else:
+        position = jnp.arange(completion.shape[1])
         is_eos = completion == eos_id
-        first_eos = jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1), gen_length)
-        completion_mask = position[None, :] <= first_eos[:, None]
+        first = jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1), position.size)
+        completion_mask = position[None, :] <= first[:, None]
     return DiffusionRollout(
         prompt_tokens=prompt_tokens,
         prompt_mask=prompt_mask,
@@ -226,7 +232,7 @@ def diffusion_generate(
         completion_mask=completion_mask,
         step_map=out["steps"],
         token_probs=out["probs"],
-        block_ids=jnp.broadcast_to(position // block_size, shape).astype(jnp.int32),
+        block_ids=block_ids,
     )
 
 
@@ -308,22 +314,7 @@ def _generate_per_row(
         probs=jnp.zeros(shape, jnp.float32),
     )
     out = jax.lax.fori_loop(0, num_steps, step, init)
-    completion = out["tokens"]
-    if eos_id is None:
-        completion_mask = jnp.ones(shape, bool)
-    else:
-        is_eos = completion == eos_id
-        first_eos = jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1), gen_length)
-        completion_mask = position[None, :] <= first_eos[:, None]
-    return DiffusionRollout(
-        prompt_tokens=prompt_tokens,
-        prompt_mask=prompt_mask,
-        completion_tokens=completion,
-        completion_mask=completion_mask,
-        step_map=out["steps"],
-        token_probs=out["probs"],
-        block_ids=block_ids,
-    )
+    return _rollout(prompt_tokens, prompt_mask, out, block_ids, eos_id)
 
 
 def diffusion_generate_per_row(

@@ -198,6 +198,25 @@ def build_policy(
     return tokenizer, model_config, graphdef, params
 
 
+def scratch_model_config(m: ConfigDict) -> TransformerConfig:
+    """The byte-level transformer that `model.*` describes when `model.checkpoint` is ""."""
+    return TransformerConfig(
+        vocab_size=ByteTokenizer().vocab_size,
+        d_model=m.d_model,
+        n_layers=m.n_layers,
+        n_heads=m.n_heads,
+        n_kv_heads=m.n_kv_heads,
+        d_ff=m.d_ff,
+        rope_theta=m.rope_theta,
+        dtype=m.dtype,
+        param_dtype=m.param_dtype,
+        tie_embeddings=True,
+        num_experts=m.get("num_experts", 0),
+        experts_per_token=m.get("experts_per_token", 2),
+        expert_d_ff=m.get("expert_d_ff", 0) or None,
+    )
+
+
 def _load_policy(
     config: ConfigDict,
 ) -> tuple[Tokenizer, TransformerConfig, nnx.GraphDef, nnx.State]:
@@ -205,22 +224,7 @@ def _load_policy(
     m = config.model
     source = m.checkpoint
     if not source:
-        tokenizer = ByteTokenizer()
-        model_config = TransformerConfig(
-            vocab_size=tokenizer.vocab_size,
-            d_model=m.d_model,
-            n_layers=m.n_layers,
-            n_heads=m.n_heads,
-            n_kv_heads=m.n_kv_heads,
-            d_ff=m.d_ff,
-            rope_theta=m.rope_theta,
-            dtype=m.dtype,
-            param_dtype=m.param_dtype,
-            tie_embeddings=True,
-            num_experts=m.get("num_experts", 0),
-            experts_per_token=m.get("experts_per_token", 2),
-            expert_d_ff=m.get("expert_d_ff", 0) or None,
-        )
+        tokenizer, model_config = ByteTokenizer(), scratch_model_config(m)
         graphdef, params = create_model(model_config, seed=config.seed)
         return tokenizer, model_config, graphdef, params
     if source in FETCHABLE:

@@ -33,8 +33,6 @@ from configs.grpo_addition import get_config as reference_config
 from rljax import algorithms
 from rljax.algorithms.base import ppo_preset, regularized_preset
 from rljax.data.tasks import TASKS
-from rljax.models.config import TransformerConfig
-from rljax.models.tokenizer import ByteTokenizer
 from rljax.parallel.mesh import MESH_AXES
 from rljax.train.builders import (
     ALGORITHMS,
@@ -48,6 +46,7 @@ from rljax.train.builders import (
     build_rollout_correction,
     build_rollout_weights,
     build_scorer,
+    scratch_model_config,
     token_level_rewards,
 )
 
@@ -404,20 +403,7 @@ def _check_model(config: ConfigDict) -> None:
     source = m.checkpoint
     if not source:
         try:
-            TransformerConfig(
-                vocab_size=ByteTokenizer().vocab_size,
-                d_model=m.d_model,
-                n_layers=m.n_layers,
-                n_heads=m.n_heads,
-                n_kv_heads=m.n_kv_heads,
-                d_ff=m.d_ff,
-                rope_theta=m.rope_theta,
-                dtype=m.dtype,
-                param_dtype=m.param_dtype,
-                num_experts=m.get("num_experts", 0),
-                experts_per_token=m.get("experts_per_token", 2),
-                expert_d_ff=m.get("expert_d_ff", 0) or None,
-            )
+            scratch_model_config(m)
         except ValueError as err:  # its messages name the fields: name them as config keys
             fields = "|".join(m.keys())
             detail = re.sub(rf"(TransformerConfig\.|\b)({fields})=", r"model.\2=", str(err))
