@@ -60,7 +60,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from benchmarks.rollout import cpu_model
+from benchmarks.rollout import build_checkpoint, cpu_model
 
 _LOGIT_TOL = 1e-4
 
@@ -123,27 +123,6 @@ def make_data(s: Settings) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         rewards=rng.random(s.update_rows).astype(np.float32),
     )
     return prompts, update_batch
-
-
-def build_checkpoint(s: Settings, path: str):
-    """A random float32 Qwen2ForCausalLM saved as safetensors in `path`; returns the model."""
-    import torch
-    import transformers
-
-    torch.manual_seed(0)
-    config = transformers.Qwen2Config(
-        vocab_size=s.vocab,
-        hidden_size=s.d_model,
-        num_hidden_layers=s.layers,
-        num_attention_heads=s.heads,
-        num_key_value_heads=s.kv_heads,
-        intermediate_size=s.d_ff,
-        tie_word_embeddings=True,
-        max_position_embeddings=4096,
-    )
-    model = transformers.Qwen2ForCausalLM(config).float().eval()
-    model.save_pretrained(path, safe_serialization=True)
-    return model
 
 
 def check_same_model(model, graphdef, params, prompts: np.ndarray, device) -> float:

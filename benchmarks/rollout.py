@@ -46,25 +46,26 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def build_checkpoint(args: argparse.Namespace, path: str):
-    """A random Qwen2ForCausalLM saved as safetensors; returns the torch model."""
+def build_checkpoint(shape, path: str):
+    """A random float32 Qwen2ForCausalLM of `shape` (vocab, d_model, layers, heads, kv_heads,
+    d_ff) saved as safetensors in `path`; returns the torch model."""
     import torch
     import transformers
 
     torch.manual_seed(0)
     config = transformers.Qwen2Config(
-        vocab_size=args.vocab,
-        hidden_size=args.d_model,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        num_key_value_heads=args.kv_heads,
-        intermediate_size=args.d_ff,
+        vocab_size=shape.vocab,
+        hidden_size=shape.d_model,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        intermediate_size=shape.d_ff,
         tie_word_embeddings=True,
         max_position_embeddings=4096,
     )
-    model = transformers.Qwen2ForCausalLM(config).eval()
+    model = transformers.Qwen2ForCausalLM(config).float().eval()
     model.save_pretrained(path, safe_serialization=True)
-    return model.to(getattr(torch, args.dtype))
+    return model
 
 
 def time_it(fn, repeats: int) -> list[float]:
@@ -153,8 +154,10 @@ def main() -> None:
     prompts = np.where(mask, prompts, 0)  # left-padded prompts of different lengths
     generated = args.batch * args.new_tokens
 
+    import torch
+
     with tempfile.TemporaryDirectory() as path:
-        model = build_checkpoint(args, path)
+        model = build_checkpoint(args, path).to(getattr(torch, args.dtype))
         results = {"rljax": bench_rljax(args, path, prompts, mask)}
         if not args.skip_hf:
             results["hf_transformers"] = bench_hf(args, model, prompts, mask)

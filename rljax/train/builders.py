@@ -17,6 +17,7 @@ from typing import Any
 import jax
 import optax
 from flax import nnx
+from jax.sharding import Mesh
 from ml_collections import ConfigDict
 
 from rljax import algorithms
@@ -34,6 +35,7 @@ from rljax.models.gguf_tokenizer import gguf_tokenizer
 from rljax.models.hf import load_hf_checkpoint
 from rljax.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from rljax.models.transformer import create_model
+from rljax.parallel.mesh import make_mesh
 from rljax.quant.mismatch import adaptive_is, masked_is, truncated_is
 from rljax.quant.rollout import RolloutWeights
 from rljax.rewards import score_completions, score_completions_parallel
@@ -196,6 +198,13 @@ def build_policy(
             layer.attn.config = model_config
         graphdef, params = nnx.split(model)
     return tokenizer, model_config, graphdef, params
+
+
+def build_mesh(config: ConfigDict) -> Mesh:
+    """The trainer's mesh (`mesh.*`) over the devices after the sampler's `sampler_devices`."""
+    m = config.mesh
+    devices = jax.devices()[m.get("sampler_devices", 0) :]
+    return make_mesh(m.data, m.fsdp, m.tensor, devices=devices, expert=m.get("expert", 1))
 
 
 def scratch_model_config(m: ConfigDict) -> TransformerConfig:

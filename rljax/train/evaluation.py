@@ -23,12 +23,12 @@ from ml_collections import ConfigDict
 
 from rljax.data.tasks import Task
 from rljax.models.tokenizer import Tokenizer
-from rljax.parallel.mesh import make_mesh
 from rljax.parallel.rules import mesh_shardings, shard_params
 from rljax.rollout.sampler import generate
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.builders import (
     build_algorithm,
+    build_mesh,
     build_optimizer,
     build_policy,
     build_scorer,
@@ -99,9 +99,7 @@ def restore_policy(
     if step != 0 and not os.path.isdir(directory):  # before building anything: fails fast
         raise FileNotFoundError(missing)
     tokenizer, model_config, graphdef, params = build_policy(config)
-    devices = jax.devices()[config.mesh.get("sampler_devices", 0) :]
-    m = config.mesh
-    mesh = make_mesh(m.data, m.fsdp, m.tensor, devices=devices, expert=m.get("expert", 1))
+    mesh = build_mesh(config)
     if step == 0:
         return 0, tokenizer, graphdef, shard_params(params, mesh)
     checkpointer = Checkpointer(directory, config.train.max_checkpoints, async_save=False)

@@ -94,7 +94,7 @@ class SkipGuard:
         self.consecutive = 0
         self.total = 0
 
-    def check(self, step: int, metrics: dict[str, Any], names: Callable[[], list[str]]) -> None:
+    def check(self, step: int, metrics: dict[str, Any], names: Callable[[], list[str]]) -> float:
         """Reads a step's `guard/*` metrics; logs a skip, raises after too many in a row.
 
         Args:
@@ -103,12 +103,16 @@ class SkipGuard:
             steps skipped) and `guard/first_nonfinite` (index into `names()`, -1 for none).
           names: the guard's tensor names for this step's batch (`named_tensors` order).
 
+        Returns:
+          The share of the step's optimizer steps that were skipped.
+
         Raises:
           FloatingPointError: `max_consecutive` steps in a row skipped updates.
         """
-        if float(metrics["guard/skipped"]) == 0.0:
+        skipped = float(metrics["guard/skipped"])
+        if skipped == 0.0:
             self.consecutive = 0
-            return
+            return skipped
         self.consecutive += 1
         self.total += 1
         index = int(metrics["guard/first_nonfinite"])
@@ -124,3 +128,4 @@ class SkipGuard:
                 "train.learning_rate, or resume from an earlier checkpoint)"
             )
         logging.warning("%s", message)
+        return skipped

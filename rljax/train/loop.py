@@ -48,6 +48,7 @@ from rljax.train.builders import (
     build_explore_rollout_config,
     build_lope,
     build_lope_rollout_config,
+    build_mesh,
     build_optimizer,
     build_policy,
     build_replay,
@@ -145,14 +146,7 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
     validate_config(config)
     t, n_samples = config.train, config.rollout.n_samples
     sampler_devices = config.mesh.get("sampler_devices", 0)
-    devices = jax.devices()
-    mesh = make_mesh(  # its fit to the devices and batch sizes was checked by validate_config
-        config.mesh.data,
-        config.mesh.fsdp,
-        config.mesh.tensor,
-        devices=devices[sampler_devices:],
-        expert=config.mesh.get("expert", 1),
-    )
+    mesh = build_mesh(config)  # its fit to the devices and batch sizes: validate_config
     batch_split = mesh.shape["data"] * mesh.shape["fsdp"]
     multi = jax.process_count() > 1
     if multi:
@@ -237,7 +231,7 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
             optimizer,
             algorithm,
             build_rollout_config(config, tokenizer),
-            make_mesh(-1, devices=devices[:sampler_devices]),
+            make_mesh(-1, devices=jax.devices()[:sampler_devices]),
             state.params,
         )
         rollout_mesh, rollout_steps = sampler_side.mesh, sampler_side.steps
@@ -299,8 +293,9 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
         state, update_metrics = steps.update(state, batch)
         maybe_kill(done, "update", checkpointer.wait)
         metrics = {**prepare_metrics, **update_metrics}
-        guard.check(done, metrics, lambda: tensor_names(batch, state.params, state.critic))
-        if float(metrics["guard/skipped"]) == 1.0:  # no update: statistics stay as they were
+        names = functools.partial(tensor_names, batch, state.params, state.critic)
+        skipped = guard.check(done, metrics, names)
+        if skipped == 1.0:  # no update at all: the transforms' statistics stay as they were
             state = state.replace(transform_state=transform_state)
         return state, metrics
 

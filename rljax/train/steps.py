@@ -309,9 +309,15 @@ def make_steps(
             )
             w = aggregation_denominator(sub.loss_weights, algorithm.aggregation)
             grads = jax.tree.map(lambda g, s: g + w * s, grads, sub_grads)
-            # The whole batch's fields: a NaN reward is named even where only the advantages
-            # it spoiled reached this microbatch.
-            bad = first_nonfinite(named_tensors(batch, trainable, policy, sub_loss, sub_grads))
+            # Only a non-finite microbatch looks for its culprit, over the whole batch's fields:
+            # a NaN reward is named even where only the advantages it spoiled reached it.
+            bad = jax.lax.cond(
+                all_finite((sub_loss, sub_grads)),
+                lambda: jnp.int32(-1),
+                lambda: first_nonfinite(
+                    named_tensors(batch, trainable, policy, sub_loss, sub_grads)
+                ),
+            )
             first_bad = jnp.where(first_bad >= 0, first_bad, bad)
             return (trainable, grads, loss + w * sub_loss, weight + w, first_bad), metrics
 

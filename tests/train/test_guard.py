@@ -50,8 +50,8 @@ def test_skip_guard_counts_resets_and_stops_naming_step_and_tensor():
     guard = SkipGuard(max_consecutive=2)
     names = lambda: ["batch.rewards", "loss"]  # noqa: E731
     skipped = {"guard/skipped": 1.0, "guard/first_nonfinite": 1}
-    guard.check(1, skipped, names)
-    guard.check(2, {"guard/skipped": 0.0, "guard/first_nonfinite": -1}, names)
+    assert guard.check(1, skipped, names) == 1.0
+    assert guard.check(2, {"guard/skipped": 0.0, "guard/first_nonfinite": -1}, names) == 0.0
     guard.check(3, skipped, names)
     assert (guard.consecutive, guard.total) == (1, 2)
     with pytest.raises(
