@@ -26,7 +26,7 @@ from ml_collections import config_flags
 from launchers.flags import parse_flags
 from rljax.train.builders import build_task
 from rljax.train.evaluation import restore_policy, sample_eval
-from rljax.train.loop import Prompts
+from rljax.train.prompts import Prompts
 from rljax.train.validation import validate_config
 
 _CONFIG = config_flags.DEFINE_config_file(

@@ -97,7 +97,7 @@ def dapo(
 
     The filter sees the unshaped rewards (DAPO filters on accuracy); the shaping runs before the
     advantages. Refilling the batch with new groups is the driver's job
-    (`rollout.max_refill_rounds`, see `rljax.train.collect`); groups still all-equal after it are
+    (`rollout.max_refill_rounds`, see `rljax.train.collector.refill`); groups still all-equal after it are
     masked out by the filter.
     """
     stages = [dynamic_sampling(group_size)]

@@ -20,13 +20,11 @@ from typing import Any, Protocol
 import grain
 import numpy as np
 
+from rljax.data.row_buffer import RowBuffer, Rows
 from rljax.data.samplers.curriculum import AccuracyCurriculum, CurriculumSettings
 from rljax.data.samplers.dare import DARESelector, DARESettings
 from rljax.data.samplers.heapa import HeaPAPool, HeaPASettings
-from rljax.entropy.uec import RowBuffer
 from rljax.rollout.rescore import ROLLOUT_KEYS, LogprobsFn, rescore
-
-Rows = dict[str, np.ndarray]
 
 
 class PromptSelector(Protocol):

@@ -16,7 +16,6 @@ from rljax.entropy.entrocraft import (
     raw_reward_advantages,
 )
 from rljax.entropy.uec import (
-    RowBuffer,
     UECSettings,
     hard_prompts,
     host_advantages,
@@ -35,7 +34,6 @@ __all__ = [
     "logprob_advantage_covariance",
     "raw_reward_advantages",
     "token_covariance",
-    "RowBuffer",
     "UECSettings",
     "hard_prompts",
     "host_advantages",

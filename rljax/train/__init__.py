@@ -2,10 +2,11 @@
 
 from rljax.train.builders import build_policy, build_train_state, register_algorithm
 from rljax.train.checkpoint import Checkpointer
-from rljax.train.collect import collect_batch
+from rljax.train.collector import Collection, Collector, GroupCollector, refill
 from rljax.train.critic import critic_values, init_critic
-from rljax.train.evaluation import pass_at_k, restore_policy, sample_eval
+from rljax.train.evaluation import greedy_eval, pass_at_k, restore_policy, sample_eval
 from rljax.train.guard import SkipGuard
+from rljax.train.host_batch import HostBatch
 from rljax.train.logprobs import (
     completion_logprobs,
     policy_states,
@@ -13,7 +14,7 @@ from rljax.train.logprobs import (
     token_logprobs_and_entropy,
     token_stats,
 )
-from rljax.train.loop import evaluate, train
+from rljax.train.loop import train
 from rljax.train.sft import make_sft_step, run_sft
 from rljax.train.steps import BATCH_STATS, RolloutConfig, Steps, UpdateConfig, make_steps
 from rljax.train.validation import validate_config
@@ -21,7 +22,11 @@ from rljax.train.validation import validate_config
 __all__ = [
     "BATCH_STATS",
     "build_train_state",
-    "collect_batch",
+    "Collection",
+    "Collector",
+    "GroupCollector",
+    "HostBatch",
+    "refill",
     "critic_values",
     "init_critic",
     "policy_states",
@@ -32,7 +37,7 @@ __all__ = [
     "register_algorithm",
     "completion_logprobs",
     "token_logprobs_and_entropy",
-    "evaluate",
+    "greedy_eval",
     "pass_at_k",
     "restore_policy",
     "sample_eval",

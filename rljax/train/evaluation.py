@@ -1,6 +1,6 @@
 """Sampled evaluation of a policy: pass@k, avg@n and greedy accuracy on a task's split.
 
-Training logs greedy accuracy (`rljax.train.loop.evaluate`); what RL changes is often the
+Training logs greedy accuracy (`greedy_eval`); what RL changes is often the
 spread of the sampled answers, which pass@k at several k shows. Each problem gets n samples
 at the evaluation temperature (top_k/top_p from `rollout.*`) and one greedy decode; pass@k
 uses the unbiased estimator of Chen et al. 2021. `restore_policy` loads a training run's
@@ -19,10 +19,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh, PartitionSpec
 from ml_collections import ConfigDict
 
+from rljax.data import decode_answers, decode_prompts, prompt_batches
 from rljax.data.tasks import Task
 from rljax.models.tokenizer import Tokenizer
+from rljax.parallel.distributed import fetch, to_global
 from rljax.parallel.rules import mesh_shardings, shard_params
 from rljax.rollout.sampler import generate
 from rljax.rollout.sampling import SamplingParams
@@ -35,8 +38,8 @@ from rljax.train.builders import (
     build_train_state,
 )
 from rljax.train.checkpoint import Checkpointer
-from rljax.train.collect import decode_completions, score_rollout
-from rljax.train.loop import Prompts
+from rljax.train.prompts import Prompts
+from rljax.train.scoring import decode_completions, score_rollout
 
 
 def pass_at_k(correct: np.ndarray, n: int, k: int) -> np.ndarray:
@@ -118,6 +121,57 @@ def restore_policy(
     return step, tokenizer, graphdef, state.params
 
 
+def greedy_eval(
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    task: Task,
+    prompts: Prompts,
+    config: ConfigDict,
+    mesh: Mesh | None = None,
+) -> dict[str, float]:
+    """Greedy accuracy and mean reward on the first `task.eval_size` held-out problems.
+
+    The evaluation a training run logs every `train.eval_every` steps. Rewards go through the
+    run's scorer (`reward.*`), like the training rewards, so a reward function that raises or
+    hangs (with `reward.kind="process"` and a timeout) scores 0 instead of stopping the run.
+    With `mesh` (a multi-process run) every process feeds the whole, identical batch as a
+    replicated global array and reads all outputs back, so all report the same numbers.
+    """
+    size, tokenizer = config.task.eval_size, prompts.tokenizer
+    scorer = build_scorer(config)
+    dataset = prompts.dataset(
+        task, "test", seed=None, num_examples=size, shard_index=0, shard_count=1
+    )
+    rewards = []
+    for batch in prompt_batches(dataset, min(size, config.train.prompts_per_step), num_epochs=1):
+        tokens, mask = batch["prompt_tokens"], batch["prompt_mask"]
+        if mesh is not None:
+            tokens, mask = to_global((tokens, mask), mesh, PartitionSpec())
+        out = generate(
+            graphdef,
+            params,
+            jnp.asarray(tokens),
+            jnp.asarray(mask),
+            jax.random.PRNGKey(0),
+            max_new_tokens=config.rollout.max_new_tokens,
+            eos_id=tokenizer.eos_id,
+            pad_id=tokenizer.pad_id,
+            sampling=SamplingParams(greedy=True),
+        )
+        texts = decode_completions(
+            tokenizer, fetch(out.completion_tokens), fetch(out.completion_mask)
+        )
+        scores, _ = scorer(
+            lambda p, c, a: task.reward(c, a),
+            decode_prompts(batch, tokenizer),
+            texts,
+            decode_answers(batch),
+        )
+        rewards += list(np.asarray(scores, np.float32))
+    rewards = np.asarray(rewards, np.float32)
+    return {"eval/accuracy": float((rewards >= 1.0).mean()), "eval/reward": float(rewards.mean())}
+
+
 def sample_eval(
     graphdef: nnx.GraphDef,
     params: nnx.State,
@@ -136,7 +190,7 @@ def sample_eval(
 
     Problems go in batches of `train.prompts_per_step` (the last one padded with copies of its
     last problem, whose results are dropped, so every batch has the compiled shape). A sample
-    is correct when its reward is >= 1, as in `rljax.train.loop.evaluate`; rewards come from the
+    is correct when its reward is >= 1, as in `greedy_eval`; rewards come from the
     config's scorer (`reward.*`), or a task's `group_rewards` over each problem's n samples.
     Interpretation: the samples use plain temperature/top-k/top-p sampling with the given
     params; the training sampler's CUTS rows and quantized weights (`rollout.cuts_top_k`,

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
-from rljax.core.batch import Batch
+from rljax.core.state import TrainState
+from rljax.data.row_buffer import RowBuffer
 from rljax.data.samplers.fresh_per import FreshPERBuffer, FreshPERSettings
-from rljax.entropy.uec import RowBuffer
-from rljax.train.collect import groups_to_batch, informative_groups
+from rljax.train.collector import Collection, Collector
+from rljax.train.host_batch import SAMPLE_FIELDS, HostBatch
+from rljax.train.scoring import informative_groups
 
 
 class FreshReplay:
@@ -54,29 +55,21 @@ class FreshReplay:
     def __len__(self) -> int:
         return len(self.buffer)
 
-    def add(self, step: int, batch: Batch) -> None:
-        """Stores the informative groups of a fresh `batch` (B/G contiguous groups) at `step`."""
-        g = self.group_size
-        rewards = np.asarray(batch.rewards, np.float64)
-        keep = informative_groups(rewards, g)
+    def add(self, step: int, batch: HostBatch) -> None:
+        """Stores the informative groups of a fresh `batch` (G = group_size) at `step`."""
+        if batch.group_size != self.group_size:
+            raise ValueError(f"batch of groups of {batch.group_size}, replay of {self.group_size}")
+        keep = informative_groups(np.asarray(batch.rows["rewards"], np.float64), self.group_size)
         if not keep.any():
             return
-        flat = {
-            "prompt_tokens": batch.prompt_tokens,
-            "prompt_mask": batch.prompt_mask,
-            "completion_tokens": batch.completion_tokens,
-            "completion_mask": batch.completion_mask,
-            "rollout_logprobs": batch.rollout_logprobs,
-            "rewards": batch.rewards,
-            "prompt_id": batch.extras["prompt_id"],
-        }
-        grouped = {k: np.asarray(v).reshape(-1, g, *np.shape(v)[1:])[keep] for k, v in flat.items()}
-        grouped["prompt_id"] = grouped["prompt_id"][:, 0]  # one per group, as the collector's
-        self.rows.add(grouped)
-        priority = np.abs(grouped["rewards"].astype(np.float64)).mean(axis=1)
-        self.buffer.add(step, grouped["prompt_id"], priority)
+        grouped = batch.take_groups(keep).grouped()
+        stored = {k: grouped[k] for k in SAMPLE_FIELDS}
+        stored["prompt_id"] = grouped["prompt_id"][:, 0]  # one per group
+        self.rows.add(stored)
+        priority = np.abs(stored["rewards"].astype(np.float64)).mean(axis=1)
+        self.buffer.add(step, stored["prompt_id"], priority)
 
-    def batch(self, step: int) -> tuple[Batch | None, dict[str, float]]:
+    def batch(self, step: int) -> tuple[HostBatch | None, dict[str, float]]:
         """The replay batch at `step` (None off the `every` schedule or while empty) and its
         metrics: "replay/buffer" (groups held), "replay/age_mean" (steps since the drawn groups
         were stored) and "replay/is_weight_mean"."""
@@ -84,12 +77,12 @@ class FreshReplay:
         if step % self.every or not len(self):
             return None, metrics
         slots, _, weights = self.buffer.sample(step, self.groups)
-        rows = {k: v[slots] for k, v in self.rows.rows.items()}
-        batch = groups_to_batch(rows, self.group_size)
-        is_weight = np.repeat(weights, self.group_size)[:, None] * np.ones(batch.loss_weights.shape)
-        batch = batch.replace(
-            extras={**batch.extras, "is_weight": jnp.asarray(is_weight, jnp.float32)}
-        )
+        g = self.group_size
+        groups = {k: v[slots] for k, v in self.rows.rows.items()}
+        groups["prompt_id"] = np.repeat(groups["prompt_id"][:, None], g, axis=1)
+        t = groups["completion_tokens"].shape[-1]
+        is_weight = np.repeat(weights, g)[:, None] * np.ones((len(weights) * g, t))
+        batch = HostBatch.from_groups(groups, g).with_rows(is_weight=is_weight)
         metrics["replay/age_mean"] = float((step - self.buffer.stored_steps[slots]).mean())
         metrics["replay/is_weight_mean"] = float(weights.mean())
         return batch, metrics
@@ -102,3 +95,35 @@ class FreshReplay:
         """Restores the replay saved by `state`."""
         self.buffer.load(state.get("buffer", {}))
         self.rows.load(state.get("rows", {}))
+
+
+class ReplayCollector:
+    """A collector whose fresh batch also feeds a FreshPER replay of prompt groups.
+
+    Each step: the inner collector's batches, then (on the replay's schedule) one replayed
+    batch of groups stored at earlier steps; the fresh batch's informative groups go in after.
+
+    Args:
+      inner: the collector of fresh batches (one per step).
+      replay: the FreshPER buffer and its schedule.
+    """
+
+    def __init__(self, inner: Collector, replay: FreshReplay):
+        self.inner = inner
+        self.replay = replay
+
+    def collect(self, state: TrainState, step: int) -> Collection:
+        fresh, replayed, metrics = self.inner.collect(state, step)
+        batch, replay_metrics = self.replay.batch(step)
+        for rows in fresh:
+            self.replay.add(step, rows)
+        return Collection(
+            fresh, [*replayed, *([] if batch is None else [batch])], {**metrics, **replay_metrics}
+        )
+
+    def state(self) -> dict[str, Any]:
+        return {**self.inner.state(), "replay": self.replay.state()}
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.inner.load(state)
+        self.replay.load(state["replay"])

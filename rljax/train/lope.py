@@ -29,7 +29,7 @@ from rljax.models.tokenizer import Tokenizer
 from rljax.rewards import score_completions
 from rljax.rollout.rescore import LogprobsFn, rescore
 from rljax.rollout.sampler import Rollout
-from rljax.train.collect import Scorer, score_rollout
+from rljax.train.scoring import Scorer, score_rollout
 from rljax.train.uec import bucket_size
 
 # Offsets the perturbed rollouts' randomness from the step's own draws (`attempt` salts keys).
@@ -46,7 +46,7 @@ _SAMPLE_FIELDS = (
 
 
 class LoPERescue:
-    """Rescues the all-failed groups of each draw (`collect_batch`'s `rescue` hook).
+    """Rescues the all-failed groups of each draw (the `rljax.train.draws.WithRescue` hook).
 
     Args:
       settings: LoPE's settings (`pooled_stats` is not supported here).
@@ -55,7 +55,7 @@ class LoPERescue:
       prompt_len: P', the padded length of perturbed prompts (> the run's prompt length).
       seed: with the step and the draw, seeds the prefixes and the merge.
       prompt_multiple: perturbed prompt counts are padded to a multiple of this.
-      scorer: runs the task's reward (`rljax.train.collect.Scorer`).
+      scorer: runs the task's reward (`rljax.train.scoring.Scorer`).
     """
 
     def __init__(

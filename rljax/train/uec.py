@@ -1,16 +1,17 @@
-"""The UEC-RL driver: hard-prompt exploration, a batch buffer and replay (host side).
+"""The UEC-RL collector: hard-prompt exploration, a batch buffer and replay (host side).
 
-One call of `UECDriver.collect` is one generation round of UEC-RL ("Unified Entropy Control
+One call of `UECCollector.collect` is one generation round of UEC-RL ("Unified Entropy Control
 for Reinforcement Learning", arXiv 2604.14646; rules in `rljax.entropy.uec`): sample
 `n_samples` per prompt, give the hard prompts extra samples at a higher temperature, keep the
 samples whose advantage clears the thresholds, and return the full batches now in the batch
-buffer (often one, sometimes none or two). `replay_batches` returns the replay update's
-batches every `replay_every` steps. The buffers are part of the checkpoint (`state`/`load`),
+buffer (often one, sometimes none or two), plus the replay update's batches every
+`replay_every` steps. The buffers are part of the checkpoint (`state`/`load`),
 so a resumed run continues exactly.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,24 +20,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from rljax.advantages.group import grpo_advantages
-from rljax.core.batch import Batch, make_batch
+from rljax.core.state import TrainState
+from rljax.data.row_buffer import RowBuffer, Rows
 from rljax.data.tasks import Task
-from rljax.entropy.uec import (
-    RowBuffer,
-    Rows,
-    UECSettings,
-    hard_prompts,
-    keep_samples,
-    truncated_rows,
-)
+from rljax.entropy.uec import UECSettings, hard_prompts, keep_samples, truncated_rows
 from rljax.models.tokenizer import Tokenizer
 from rljax.rewards import score_completions
 from rljax.rollout.cuts import training_rollout_logprobs
 from rljax.rollout.sampler import Rollout
-from rljax.train.collect import Scorer, rollout_metrics, score_rollout
+from rljax.train.collector import Collection
+from rljax.train.host_batch import HostBatch
+from rljax.train.scoring import Scorer, rollout_metrics, score_rollout
 
-# (prompt_tokens [N, P], prompt_mask [N, P]) -> Rollout of N * samples rows.
-RolloutFn = Callable[[jax.Array, jax.Array], Rollout]
+# (state, prompt_tokens [N, P], prompt_mask [N, P], attempt) -> Rollout of N * samples rows.
+RolloutFn = Callable[[TrainState, jax.Array, jax.Array, int], Rollout]
 
 
 def bucket_size(n: int, multiple: int, limit: int) -> int:
@@ -47,11 +44,14 @@ def bucket_size(n: int, multiple: int, limit: int) -> int:
     return min(-(-size // multiple) * multiple, limit)
 
 
-class UECDriver:
-    """Collects UEC-RL batches of exactly `batch_rows` samples.
+class UECCollector:
+    """Collects UEC-RL batches of exactly `batch_rows` samples (a `Collector`).
 
     Args:
       settings: UEC-RL's thresholds and buffer sizes.
+      data: prompt batches.
+      rollout: the sampler with `n_samples` per prompt at the run's temperature.
+      explore_rollout: the sampler with `explore_samples` per prompt at `explore_temperature`.
       task: scores completions.
       tokenizer: decodes completions; its EOS id marks untruncated completions.
       n_samples: G, ordinary samples per prompt (EFRame: 5).
@@ -59,12 +59,15 @@ class UECDriver:
       seed: seeds the replay sampling (with the step).
       prompt_multiple: the number of explored prompts is padded to a multiple of this (the
         devices the rollout's rows are split over).
-      scorer: how the task's reward is run over completions (`rljax.train.collect.Scorer`).
+      scorer: how the task's reward is run over completions (`rljax.train.scoring.Scorer`).
     """
 
     def __init__(
         self,
         settings: UECSettings,
+        data: Iterator[dict[str, Any]],
+        rollout: RolloutFn,
+        explore_rollout: RolloutFn,
         task: Task,
         tokenizer: Tokenizer,
         n_samples: int,
@@ -74,6 +77,9 @@ class UECDriver:
         scorer: Scorer = score_completions,
     ):
         self.settings = settings
+        self.data = data
+        self.rollout = rollout
+        self.explore_rollout = explore_rollout
         self.task = task
         self.tokenizer = tokenizer
         self.n_samples = n_samples
@@ -84,7 +90,7 @@ class UECDriver:
         self.batch_buffer = RowBuffer(2 * batch_rows)
         self.replay_buffer = RowBuffer(int(settings.replay_capacity * batch_rows))
 
-    def _sample(self, rollout: RolloutFn, prompts: dict, samples: int):
+    def _sample(self, rollout: Callable[..., Rollout], prompts: dict, samples: int):
         out = rollout(jnp.asarray(prompts["prompt_tokens"]), jnp.asarray(prompts["prompt_mask"]))
         rewards, failures = score_rollout(
             self.task,
@@ -124,23 +130,18 @@ class UECDriver:
         dropped = truncated & positive & self.settings.drop_truncated_positive
         return {k: v[keep] for k, v in rows.items()}, dropped
 
-    def collect(
-        self, rollout: RolloutFn, explore_rollout: RolloutFn, data: Iterator[dict[str, Any]]
-    ) -> tuple[list[Batch], dict[str, float]]:
-        """One generation round; returns the batches ready for an update and host metrics.
+    def collect(self, state: TrainState, step: int) -> Collection:
+        """One generation round with `state`'s policy: the full batches popped from the batch
+        buffer (their high-|A| samples also enter the replay buffer), the replay update's
+        batches on its schedule, and metrics: the ordinary samples' reward/accuracy/length
+        statistics (comparable to other algorithms') and "uec/..." counts.
 
-        Args:
-          rollout: the rollout step with `n_samples` per prompt at the run's temperature.
-          explore_rollout: the rollout step with `explore_samples` at `explore_temperature`.
-          data: prompt batches.
-
-        Returns:
-          The full batches popped from the batch buffer (their high-|A| samples also enter
-          the replay buffer), and metrics: the ordinary samples' reward/accuracy/length
-          statistics (comparable to other algorithms') and "uec/..." counts.
+        The step salts the rollouts' keys (a step without an update keeps `state.step`).
         """
+        rollout = functools.partial(self.rollout, state, attempt=2 * step)
+        explore_rollout = functools.partial(self.explore_rollout, state, attempt=2 * step + 1)
         s, g = self.settings, self.n_samples
-        prompts = next(data)
+        prompts = next(self.data)
         rows, failures = self._sample(rollout, prompts, g)
         metrics = rollout_metrics(rows["rewards"], rows["completion_mask"])
         metrics.update({f"reward/failures_{k}": float(v) for k, v in failures.items()})
@@ -179,9 +180,11 @@ class UECDriver:
         metrics["uec/updates"] = float(len(batches))
         metrics["uec/batch_buffer"] = float(len(self.batch_buffer))
         metrics["uec/replay_buffer"] = float(len(self.replay_buffer))
-        return batches, metrics
+        replays = self.replay_batches(step)
+        metrics["uec/replay_updates"] = float(len(replays))
+        return Collection(batches, replays, metrics)
 
-    def replay_batches(self, step: int) -> list[Batch]:
+    def replay_batches(self, step: int) -> list[HostBatch]:
         """The replay update's batches at `step` (every `replay_every` steps, else none).
 
         As in EFRame: a full buffer is replayed whole; otherwise as many whole batches as it
@@ -207,19 +210,7 @@ class UECDriver:
         self.replay_buffer.load(state.get("replay", {}))
 
 
-def rows_to_batch(rows: Rows) -> Batch:
-    """A `Batch` of UEC sample rows; each row is its own group (advantages come from the host)."""
-    n = len(rows["rewards"])
-    return make_batch(
-        rows["prompt_tokens"],
-        rows["prompt_mask"],
-        rows["completion_tokens"],
-        rows["completion_mask"],
-        np.arange(n),
-        rows["rewards"],
-        rollout_logprobs=rows["rollout_logprobs"],
-        extras={
-            "sequence_advantage": jnp.asarray(rows["sequence_advantage"]),
-            "prompt_id": jnp.asarray(rows["prompt_id"]),
-        },
-    )
+def rows_to_batch(rows: Rows) -> HostBatch:
+    """UEC sample rows as a HostBatch; each row is its own group (advantages come from the
+    host, in "sequence_advantage")."""
+    return HostBatch(dict(rows), 1)

@@ -29,6 +29,7 @@ from prop_cases import (  # noqa: E402
 
 from rljax import entropy as ent  # noqa: E402
 from rljax.advantages import group_advantages  # noqa: E402
+from rljax.data.row_buffer import RowBuffer  # noqa: E402
 
 BANDS = {
     "above": ent.entropy_band("constant", (0.0, 0.0), (0.1, 0.1), 10),
@@ -138,7 +139,7 @@ def test_uec_host_rules(case):
     assert truncated.shape == case.rewards.shape
     keep = ent.keep_samples(case.extras["sequence_advantage"], truncated, 0.05)
     assert not np.any(keep & truncated & (case.extras["sequence_advantage"] > 0))
-    buffer = ent.RowBuffer(capacity=5)
+    buffer = RowBuffer(capacity=5)
     buffer.add({"rewards": case.rewards, "advantage": case.extras["sequence_advantage"]})
     assert len(buffer) == min(5, case.shape[0])
     rows = buffer.sample(len(buffer), np.random.default_rng(0))

@@ -48,7 +48,7 @@ def test_three_updates_are_finite_and_move_the_params(name):
     )
     start = jax.tree.map(np.asarray, state.params)
     prompts = jnp.asarray([[257, 49, 43, 50, 61], [257, 51, 43, 52, 61]], jnp.int32)  # 1+2= 3+4=
-    # What the driver (rljax.train.collect) puts in every batch, and the greedy baseline.
+    # What the driver (rljax.train.draws) puts in every batch, and the greedy baseline.
     extras = {"prompt_id": jnp.repeat(jnp.arange(2, dtype=jnp.int32), 4)}
     if algorithm.greedy_baseline:
         extras["baseline_reward"] = jnp.full((8,), 0.5)

@@ -1,4 +1,5 @@
-"""The host side of an iteration: scoring, DAPO's refill of all-equal groups, ReMax's baseline."""
+"""The host side of an iteration: scoring, DAPO's refill of all-equal groups, ReMax's baseline
+(the draw hooks and `GroupCollector`)."""
 
 import time
 
@@ -7,9 +8,12 @@ import pytest
 
 from configs.grpo_addition import get_config
 from rljax.models.tokenizer import ByteTokenizer
+from rljax.rewards import score_completions
 from rljax.rollout.sampler import Rollout
 from rljax.train.builders import build_scorer
-from rljax.train.collect import collect_batch, informative_groups
+from rljax.train.collector import GroupCollector
+from rljax.train.draws import RolloutDraw, WithGreedyBaseline
+from rljax.train.scoring import informative_groups
 
 TOKENIZER = ByteTokenizer()
 G = 2
@@ -20,6 +24,36 @@ class EchoTask:
 
     def reward(self, completion: str, answer: str) -> float:
         return float(completion == answer)
+
+
+def collect_batch(
+    rollout,
+    data,
+    task,
+    tokenizer,
+    g,
+    max_refill_rounds=0,
+    greedy=None,
+    scorer=score_completions,
+    token_level=False,
+):
+    """One step of a GroupCollector over a stateless fake sampler -> (device Batch, metrics)."""
+    draw = RolloutDraw(
+        data,
+        lambda state, tokens, mask, attempt: rollout(tokens, mask, attempt),
+        task,
+        tokenizer,
+        g,
+        scorer,
+        token_level,
+    )
+    if greedy is not None:
+        decode = lambda state, tokens, mask: greedy(tokens, mask)  # noqa: E731
+        draw = WithGreedyBaseline(draw, decode, task, tokenizer, scorer)
+    collector = GroupCollector(draw, g, max_refill_rounds=max_refill_rounds)
+    collection = collector.collect(None, 1)
+    (rows,) = collection.fresh
+    return rows.to_batch(), collection.metrics
 
 
 def prompts(indices):

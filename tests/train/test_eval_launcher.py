@@ -27,7 +27,7 @@ from rljax.train.builders import (
 )
 from rljax.train.checkpoint import Checkpointer
 from rljax.train.evaluation import pass_at_k, restore_policy, sample_eval
-from rljax.train.loop import Prompts
+from rljax.train.prompts import Prompts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = {

@@ -4,9 +4,9 @@ the replay batch, exact resume."""
 import numpy as np
 import pytest
 
-from rljax.core.batch import make_batch
 from rljax.data.samplers.fresh_per import FreshPERSettings
 from rljax.train.fresh_replay import FreshReplay
+from rljax.train.host_batch import HostBatch
 
 G, T = 2, 3
 
@@ -15,16 +15,16 @@ def fresh_batch(group_rewards, first_id):
     """A batch of len(group_rewards) groups; group i's tokens are all first_id + i."""
     n = len(group_rewards)
     ids = np.repeat(first_id + np.arange(n), G)
-    return make_batch(
-        np.repeat(ids[:, None], 2, axis=1),
-        np.ones((n * G, 2), bool),
-        np.repeat(ids[:, None], T, axis=1),
-        np.ones((n * G, T), bool),
-        np.repeat(np.arange(n), G),
-        np.asarray(group_rewards, np.float32).reshape(-1),
-        rollout_logprobs=-np.ones((n * G, T)),
-        extras={"prompt_id": ids},
-    )
+    rows = {
+        "prompt_tokens": np.repeat(ids[:, None], 2, axis=1).astype(np.int32),
+        "prompt_mask": np.ones((n * G, 2), bool),
+        "completion_tokens": np.repeat(ids[:, None], T, axis=1).astype(np.int32),
+        "completion_mask": np.ones((n * G, T), bool),
+        "rollout_logprobs": -np.ones((n * G, T), np.float32),
+        "rewards": np.asarray(group_rewards, np.float32).reshape(-1),
+        "prompt_id": ids,
+    }
+    return HostBatch(rows, G)
 
 
 def test_only_informative_groups_are_stored_with_mean_abs_reward_priority():
@@ -43,7 +43,8 @@ def test_replay_draws_by_the_fresh_priority_and_weights_rows_by_per_is_weights()
     replay = FreshReplay(s, G, groups=400, every=1, seed=0)
     replay.add(0, fresh_batch([[1, 0]], first_id=0))  # priority 0.5, age 4 at step 4
     replay.add(3, fresh_batch([[1, 0], [1, 0.5]], first_id=1))  # 0.5 and 0.75, age 1
-    batch, metrics = replay.batch(4)
+    rows, metrics = replay.batch(4)
+    batch = rows.to_batch()
     # The paper's formula by hand: p = (|r| + eps) exp(-age / tau), P = p^alpha / sum.
     p = (np.array([0.5, 0.5, 0.75]) + 1e-6) * np.exp(-np.array([4, 1, 1]) / 2.0)
     probs = p**0.6 / (p**0.6).sum()
@@ -66,7 +67,7 @@ def test_replay_follows_its_schedule_and_waits_for_data():
     assert replay.batch(2)[0] is None  # empty
     replay.add(1, fresh_batch([[1, 0]], first_id=0))
     assert replay.batch(3)[0] is None  # off schedule
-    assert replay.batch(4)[0].rewards.shape == (2 * G,)
+    assert replay.batch(4)[0].rows["rewards"].shape == (2 * G,)
     with pytest.raises(ValueError, match="groups=0"):
         FreshReplay(FreshPERSettings(), G, groups=0, every=1, seed=0)
 
@@ -82,8 +83,7 @@ def test_state_resumes_exactly_and_the_fifo_keeps_the_newest_groups():
     np.testing.assert_array_equal(straight.buffer.item_ids, [5, 6, 7])
     resumed = FreshReplay(FreshPERSettings(capacity=3), G, groups=5, every=1, seed=3)
     resumed.load(filled().state())
-    a, _ = straight.batch(9)
-    b, _ = resumed.batch(9)
+    a, b = (replay.batch(9)[0].to_batch() for replay in (straight, resumed))
     np.testing.assert_array_equal(np.asarray(a.completion_tokens), np.asarray(b.completion_tokens))
     np.testing.assert_array_equal(
         np.asarray(a.extras["is_weight"]), np.asarray(b.extras["is_weight"])

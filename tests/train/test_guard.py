@@ -13,6 +13,7 @@ from rljax.core.state import init_train_state
 from rljax.models.config import TransformerConfig
 from rljax.models.transformer import create_model
 from rljax.train import loop
+from rljax.train.collector import Collection, GroupCollector
 from rljax.train.guard import SkipGuard, first_nonfinite, named_tensors, tensor_names
 from rljax.train.steps import RolloutConfig, UpdateConfig, make_steps
 
@@ -130,13 +131,15 @@ def test_empty_completions_and_all_masked_batches_update_finitely(steps_and_batc
 
 def test_a_run_of_non_finite_updates_stops_with_the_step_and_tensor(tmp_path, monkeypatch):
     """Through the driver: every batch gets a NaN reward; the second skip in a row stops it."""
-    collect = loop.collect_batch
+    collect = GroupCollector.collect
 
-    def poisoned(*args, **kwargs):
-        batch, metrics = collect(*args, **kwargs)
-        return batch.replace(rewards=batch.rewards.at[0].set(jnp.nan)), metrics
+    def poisoned(self, state, step):
+        fresh, replay, metrics = collect(self, state, step)
+        rewards = fresh[0].rows["rewards"].copy()
+        rewards[0] = np.nan
+        return Collection([fresh[0].with_rows(rewards=rewards)], replay, metrics)
 
-    monkeypatch.setattr(loop, "collect_batch", poisoned)
+    monkeypatch.setattr(GroupCollector, "collect", poisoned)
     config = get_config()
     config.model.update(d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)
     config.sft.steps = 0

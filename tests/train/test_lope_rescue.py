@@ -1,15 +1,14 @@
 """LoPE in the driver: all-failed groups get correct completions of Lorem-Ipsum-perturbed
 prompts, trained under the original prompt."""
 
-import functools
-
 import numpy as np
 import pytest
 
 from rljax.data.samplers.lope import LOREM_WORDS, LoPESettings
 from rljax.models.tokenizer import ByteTokenizer
 from rljax.rollout.sampler import Rollout
-from rljax.train.collect import collect_batch
+from rljax.train.collector import GroupCollector
+from rljax.train.draws import RolloutDraw, WithRescue
 from rljax.train.lope import LoPERescue
 
 TOKENIZER = ByteTokenizer()
@@ -61,14 +60,20 @@ def rescored(prompt_tokens, prompt_mask, completion_tokens, completion_mask):
     return np.where(completion_mask, -np.asarray(prompt_mask).sum(1, keepdims=True), 0.0)
 
 
+def collect_rescued(main, lope, perturbed, step):
+    """One step of a GroupCollector whose draws LoPE rescues (stateless fakes)."""
+    stateless = lambda run: lambda state, *args: run(*args)  # noqa: E731
+    draw = RolloutDraw(iter([prompt_batch(3)]), stateless(main), EchoTask(), TOKENIZER, G)
+    draw = WithRescue(draw, lope, stateless(perturbed), stateless(rescored))
+    collection = GroupCollector(draw, G).collect(None, step)
+    return collection.fresh[0].to_batch(), collection.metrics
+
+
 def run_lope(settings, solved_prompts):
     main, _ = rollout_of(G, lambda i, j: i in solved_prompts and j == 0)
     perturbed, seen = rollout_of(settings.rollouts_per_perturbed, lambda i, j: j == 0)
     lope = LoPERescue(settings, EchoTask(), TOKENIZER, P_LOPE, seed=0)
-    rescue = functools.partial(lope, 5, perturbed, rescored)
-    batch, metrics = collect_batch(
-        main, iter([prompt_batch(3)]), EchoTask(), TOKENIZER, G, rescue=rescue
-    )
+    batch, metrics = collect_rescued(main, lope, perturbed, step=5)
     return batch, metrics, seen
 
 
@@ -122,12 +127,5 @@ def test_nothing_happens_without_failed_groups_or_correct_perturbations():
     lope = LoPERescue(settings, EchoTask(), TOKENIZER, P_LOPE, seed=0)
     main, _ = rollout_of(G, lambda i, j: False)
     never, _ = rollout_of(2, lambda i, j: False)
-    batch, metrics = collect_batch(
-        main,
-        iter([prompt_batch(3)]),
-        EchoTask(),
-        TOKENIZER,
-        G,
-        rescue=functools.partial(lope, 0, never, rescored),
-    )
+    batch, metrics = collect_rescued(main, lope, never, step=0)
     assert metrics["lope/rescued_groups"] == 0 and np.asarray(batch.rewards).sum() == 0

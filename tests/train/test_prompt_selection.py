@@ -7,7 +7,7 @@ from rljax.data import decode_prompts
 from rljax.data.selected import SelectedPromptBatches
 from rljax.models.tokenizer import ByteTokenizer
 from rljax.train.builders import build_task
-from rljax.train.loop import Prompts, _train_prompts
+from rljax.train.prompts import Prompts, train_prompts
 
 PROMPTS = Prompts(ByteTokenizer(), 8, 32, None, True)
 
@@ -15,7 +15,7 @@ PROMPTS = Prompts(ByteTokenizer(), 8, 32, None, True)
 def test_the_curriculum_starts_on_the_easiest_problems():
     config = get_config()
     config.prompt_selection.update(name="curriculum", pool_size=64)
-    data = _train_prompts(config, build_task(config), PROMPTS)
+    data = train_prompts(config, build_task(config), PROMPTS)
     assert isinstance(data, SelectedPromptBatches)
     batch = next(data)
     texts = decode_prompts(batch, ByteTokenizer())
@@ -29,7 +29,7 @@ def test_a_task_without_difficulty_levels_is_named():
     config.task = {"name": "gaussian_mixture", "max_prompt_len": 192, "eval_size": 8}
     config.prompt_selection.update(name="curriculum", pool_size=64)
     with pytest.raises(ValueError, match="has no difficulty"):
-        _train_prompts(config, build_task(config), PROMPTS)
+        train_prompts(config, build_task(config), PROMPTS)
     config.prompt_selection.update(name="heapa", pool_size=0)
     with pytest.raises(ValueError, match="set prompt_selection.pool_size"):
-        _train_prompts(config, build_task(config), PROMPTS)
+        train_prompts(config, build_task(config), PROMPTS)

@@ -92,6 +92,9 @@ RECIPES = {
     "grpo": ("configs/grpo_addition.py", (), ("3:rollout", "4:update", "4:checkpoint")),
     "uec_rl": ("configs/uec_rl_addition.py", UEC, ("2:saved",)),
     "samplers": ("configs/grpo_addition.py", SAMPLERS, ("2:saved",)),
+    # Bounded staleness: step 3 samples with the parameters of step 1, which only the
+    # checkpointed version queue still holds after the crash.
+    "staleness": ("configs/grpo_addition.py", ("--config.train.max_staleness=2",), ("3:rollout",)),
 }
 
 
@@ -117,6 +120,8 @@ def test_killed_run_resumes_with_identical_metrics(tmp_path, recipe):
         assert a[3]["selection/replay"] == 3 * 4 * 4  # DARE: three steps of 4 x 4 rollouts
         assert a[3]["replay/buffer"] > 0 and "replay/loss" in a[3]
         assert "lope/failed_groups" in a[3]
+    if recipe == "staleness":
+        assert [a[s]["staleness/versions"] for s in (1, 2, 3, 4)] == [0.0, 1.0, 2.0, 2.0]
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,8 @@ import pytest
 
 from configs.grpo_addition import get_config
 from rljax.core.state import TrainState
-from rljax.train.loop import StalePolicy, train
+from rljax.train.loop import train
+from rljax.train.staleness import StalePolicy
 
 
 def fake_state(version):

@@ -1,4 +1,4 @@
-"""The UEC-RL driver: exploration of hard prompts, the batch buffer, replay, its state."""
+"""The UEC-RL collector: exploration of hard prompts, the batch buffer, replay, its state."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from rljax.entropy.uec import UECSettings
 from rljax.models.tokenizer import ByteTokenizer
 from rljax.rollout.sampler import Rollout
-from rljax.train.uec import UECDriver
+from rljax.train.uec import UECCollector
 
 TOKENIZER = ByteTokenizer()
 EOS = TOKENIZER.eos_id
@@ -32,7 +32,7 @@ def prompts(indices):
 def fake_rollout(samples, completion, calls):
     """Row j of the prompt whose index is i gets `completion(i, j)` (two tokens)."""
 
-    def run(tokens, mask):
+    def run(state, tokens, mask, attempt=0):
         ids = np.asarray(tokens)[:, 0]
         calls.append(len(ids))
         comp = np.array([completion(int(i), j) for i in ids for j in range(samples)], np.int32)
@@ -66,20 +66,35 @@ def explore_completion(i, j):
     return [A, EOS] if (i == 2 and j == 0) else [B, EOS]  # prompt 2: 1 success in 4
 
 
-def make_driver(batch_rows=8, **settings):
+def make_driver(
+    data=(), base_calls=None, explore_calls=None, batch_rows=8, prompt_multiple=1, **settings
+):
+    """A collector over `data` with the fake base (2 samples) and exploration (4) samplers."""
     settings = UECSettings(explore_samples=4, **settings)
-    return UECDriver(settings, StartsWithA(), TOKENIZER, 2, batch_rows, seed=0)
+    return UECCollector(
+        settings,
+        iter(data),
+        fake_rollout(2, base_completion, [] if base_calls is None else base_calls),
+        fake_rollout(4, explore_completion, [] if explore_calls is None else explore_calls),
+        StartsWithA(),
+        TOKENIZER,
+        2,
+        batch_rows,
+        seed=0,
+        prompt_multiple=prompt_multiple,
+    )
+
+
+def collect(driver, step=1):
+    """(fresh device batches, metrics) of one round."""
+    fresh, _, metrics = driver.collect(None, step)
+    return [b.to_batch() for b in fresh], metrics
 
 
 def test_one_round_selects_what_efframe_keeps():
     base_calls, explore_calls = [], []
-    driver = make_driver()
-    data = iter([prompts([0, 1, 2, 3, 4])])
-    batches, metrics = driver.collect(
-        fake_rollout(2, base_completion, base_calls),
-        fake_rollout(4, explore_completion, explore_calls),
-        data,
-    )
+    driver = make_driver([prompts([0, 1, 2, 3, 4])], base_calls, explore_calls)
+    batches, metrics = collect(driver)
     assert batches == [] and metrics["uec/updates"] == 0
     assert metrics["uec/hard_frac"] == pytest.approx(2 / 5)
     # The two hard prompts are explored (padded to a power of two: 2 prompts).
@@ -97,11 +112,9 @@ def test_one_round_selects_what_efframe_keeps():
 
 
 def test_batches_fill_up_across_rounds_and_feed_replay():
-    driver = make_driver(batch_rows=6)
-    data = iter([prompts([0, 1, 2, 3, 4]), prompts([0, 2]), prompts([0, 2])])
-    run = lambda: driver.collect(
-        fake_rollout(2, base_completion, []), fake_rollout(4, explore_completion, []), data
-    )
+    data = [prompts([0, 1, 2, 3, 4]), prompts([0, 2]), prompts([0, 2])]
+    driver = make_driver(data, batch_rows=6)
+    run = lambda: collect(driver)  # noqa: E731
     assert run()[0] == []  # 4 kept
     batches, metrics = run()  # +3 = 7 >= 6: one batch, one row left
     assert len(batches) == 1 and batches[0].rewards.shape == (6,)
@@ -129,20 +142,17 @@ def test_replay_fires_every_replay_every_steps_with_whole_batches():
     driver.replay_buffer.add(rows(2))  # 3 rows: one whole batch, sampled
     assert [driver.replay_batches(s) for s in (1, 2, 3, 4)] == [[], [], [], []]
     got = driver.replay_batches(5)
-    assert len(got) == 1 and got[0].rewards.shape == (2,)
+    assert len(got) == 1 and got[0].rows["rewards"].shape == (2,)
     driver.replay_buffer.add(rows(2))  # 5 rows, capacity 4: the oldest falls out
     got = driver.replay_batches(10)  # full: replayed whole, oldest first
     assert len(got) == 2
-    np.testing.assert_array_equal(got[0].extras["sequence_advantage"], [2, 3])
-    np.testing.assert_array_equal(got[1].extras["sequence_advantage"], [2, 3])
+    np.testing.assert_array_equal(got[0].rows["sequence_advantage"], [2, 3])
+    np.testing.assert_array_equal(got[1].rows["sequence_advantage"], [2, 3])
 
 
 def test_state_round_trip():
-    driver = make_driver()
-    data = iter([prompts([0, 1, 2, 3, 4])])
-    driver.collect(
-        fake_rollout(2, base_completion, []), fake_rollout(4, explore_completion, []), data
-    )
+    driver = make_driver([prompts([0, 1, 2, 3, 4])])
+    collect(driver)
     other = make_driver()
     other.load(driver.state())
     for key, value in driver.batch_buffer.rows.items():
@@ -152,12 +162,8 @@ def test_state_round_trip():
 
 def test_explored_prompts_are_padded_to_the_device_multiple():
     calls = []
-    driver = UECDriver(
-        UECSettings(explore_samples=4), StartsWithA(), TOKENIZER, 2, 8, seed=0, prompt_multiple=4
-    )
-    data = iter([prompts([2, 0, 1, 5, 6, 7, 8, 9])])  # 6 hard prompts -> 8 explored
-    driver.collect(
-        fake_rollout(2, base_completion, []), fake_rollout(4, explore_completion, calls), data
-    )
+    data = [prompts([2, 0, 1, 5, 6, 7, 8, 9])]  # 6 hard prompts -> 8 explored
+    driver = make_driver(data, explore_calls=calls, prompt_multiple=4)
+    collect(driver)
     assert calls == [8]
     assert driver.batch_buffer.rows["prompt_id"].tolist().count(2) == 1

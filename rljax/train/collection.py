@@ -1,0 +1,200 @@
+"""From a run config to the run's collector: which draw hooks and wrappers a run composes.
+
+RolloutDraw -> WithFeedback (prompt_selection) -> WithRescue (lope) -> WithGreedyBaseline
+(an algorithm that reads `baseline_reward`) -> GroupCollector (refill, staleness, sampler
+devices) -> ReplayCollector (replay);   UEC-RL: UECCollector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, PartitionSpec
+from ml_collections import ConfigDict
+
+from rljax.algorithms import Algorithm
+from rljax.core.state import TrainState
+from rljax.data.selected import SelectedPromptBatches
+from rljax.data.tasks import Task
+from rljax.models.tokenizer import Tokenizer
+from rljax.parallel.distributed import to_global, to_local
+from rljax.parallel.mesh import make_mesh
+from rljax.parallel.rules import DEFAULT_RULES, mesh_shardings
+from rljax.rollout.sampler import Rollout, generate
+from rljax.rollout.sampling import SamplingParams
+from rljax.train.builders import (
+    build_explore_rollout_config,
+    build_lope,
+    build_lope_rollout_config,
+    build_replay,
+    build_rollout_config,
+    build_scorer,
+    token_level_rewards,
+)
+from rljax.train.collector import Collector, GroupCollector
+from rljax.train.draws import RolloutDraw, WithFeedback, WithGreedyBaseline, WithRescue
+from rljax.train.fresh_replay import ReplayCollector
+from rljax.train.sampler_mesh import SamplerDevices
+from rljax.train.staleness import SamplerPolicy
+from rljax.train.steps import RolloutConfig, Steps, make_steps
+from rljax.train.uec import UECCollector
+
+
+def build_collector(
+    config: ConfigDict,
+    task: Task,
+    tokenizer: Tokenizer,
+    data: Iterator[dict[str, Any]],
+    algorithm: Algorithm,
+    graphdef: nnx.GraphDef,
+    optimizer: optax.GradientTransformation,
+    mesh: Mesh,
+    state: TrainState,
+    steps: Steps,
+) -> Collector:
+    """The collector a config asks for.
+
+    Args:
+      config: the run config.
+      task, tokenizer: score and decode completions.
+      data: the training prompt batches (`rljax.train.prompts.train_prompts`).
+      algorithm: UEC-RL's `collection` settings, and whether it reads a greedy baseline.
+      graphdef, optimizer, mesh: as for `make_steps`; extra samplers (LoPE's, UEC-RL's
+        exploration, the sampler's own devices) are compiled on them.
+      state: the train state on the mesh (the parameters' layout; the shardings).
+      steps: the trainer's jitted steps (its rollout and log-probs).
+
+    Raises:
+      ValueError: for combinations the collectors do not support, naming the keys.
+    """
+    t, r, n = config.train, config.rollout, config.rollout.n_samples
+    scorer = build_scorer(config)
+    batch_split = mesh.shape["data"] * mesh.shape["fsdp"]
+    shardings = mesh_shardings(state, mesh)
+
+    def sampler_steps(rollout_config: RolloutConfig) -> Steps:  # another sampler, same mesh
+        return make_steps(
+            graphdef, optimizer, algorithm, rollout_config, mesh=mesh, state_shardings=shardings
+        )
+
+    token_level = token_level_rewards(config)
+    if token_level and not hasattr(task, "token_rewards"):
+        raise ValueError(
+            f"reward.token_level=True needs a task with token_rewards(); task "
+            f"{config.task.name!r} has none"
+        )
+    sampler_devices = config.mesh.get("sampler_devices", 0)
+    staleness = t.get("max_staleness", 0)
+    if algorithm.collection is not None:  # UEC-RL: exploration rollouts and a replay buffer
+        if staleness or sampler_devices:
+            raise ValueError(
+                "algorithm.name='uec_rl' does not support train.max_staleness or "
+                "mesh.sampler_devices yet; set both to 0"
+            )
+        explore = sampler_steps(
+            build_explore_rollout_config(config, tokenizer, algorithm.collection)
+        )
+        return UECCollector(
+            algorithm.collection,
+            data,
+            steps.rollout,
+            explore.rollout,
+            task,
+            tokenizer,
+            n,
+            t.prompts_per_step * n,
+            config.seed,
+            prompt_multiple=batch_split,
+            scorer=scorer,
+        )
+    devices, rollout_mesh, rollout = None, mesh, steps.rollout
+    if sampler_devices:  # the sampler on its own devices; weights resharded every step
+        devices = SamplerDevices(
+            graphdef,
+            optimizer,
+            algorithm,
+            build_rollout_config(config, tokenizer),
+            make_mesh(-1, devices=jax.devices()[:sampler_devices]),
+            state.params,
+        )
+        rollout_mesh, rollout = devices.mesh, devices.steps.rollout
+    draw: Any = RolloutDraw(
+        data, sharded_rollout(rollout, rollout_mesh), task, tokenizer, n, scorer, token_level
+    )
+    if isinstance(data, SelectedPromptBatches):
+        draw = WithFeedback(draw, data, steps.logprobs)
+    lope = build_lope(config, task, tokenizer, batch_split)
+    if lope is not None:
+        lope_steps = sampler_steps(build_lope_rollout_config(config, tokenizer, lope.settings))
+        draw = WithRescue(draw, lope, lope_steps.rollout, steps.logprobs)
+    if algorithm.greedy_baseline:
+        greedy = greedy_decoder(graphdef, r.max_new_tokens, tokenizer)
+        draw = WithGreedyBaseline(draw, greedy, task, tokenizer, scorer)
+    collector: Collector = GroupCollector(
+        draw, n, SamplerPolicy(staleness, devices), r.get("max_refill_rounds", 0)
+    )
+    replay = build_replay(config)
+    return collector if replay is None else ReplayCollector(collector, replay)
+
+
+def sharded_rollout(rollout: Callable[..., Rollout], mesh: Mesh) -> Callable[..., Rollout]:
+    """`rollout(state, tokens, mask, attempt)` on this process's prompt rows -> this process's
+    sample rows, the batch split over the mesh's batch axes (one program on every process)."""
+    rows = PartitionSpec(DEFAULT_RULES["batch"])
+
+    def run(state: TrainState, tokens, mask, attempt: int = 0) -> Rollout:
+        tokens, mask = to_global((np.asarray(tokens), np.asarray(mask)), mesh, rows)
+        return to_local(rollout(state, tokens, mask, attempt), mesh, rows)
+
+    return run
+
+
+def greedy_decoder(
+    graphdef: nnx.GraphDef, max_new_tokens: int, tokenizer: Tokenizer
+) -> Callable[[TrainState, Any, Any], Rollout]:
+    """`(state, prompt_tokens, prompt_mask) -> Rollout`: one greedy completion per prompt."""
+
+    def decode(state: TrainState, tokens, mask) -> Rollout:
+        return generate(
+            graphdef,
+            state.params,
+            jnp.asarray(tokens),
+            jnp.asarray(mask),
+            rng=jax.random.PRNGKey(0),
+            max_new_tokens=max_new_tokens,
+            eos_id=tokenizer.eos_id,
+            pad_id=tokenizer.pad_id,
+            sampling=SamplingParams(greedy=True),
+        )
+
+    return decode
+
+
+def check_multi_process(config: ConfigDict) -> None:
+    """What a multi-process run supports so far, checked before anything is compiled.
+
+    Every jitted step is one program across all processes, so each must call it in lockstep;
+    features that decide on host-local data whether to sample or score again (refill, LoPE,
+    UEC-RL's exploration, DARE's rescoring, replay) would not, and ReMax's greedy decoder is
+    not placed on the global mesh yet.
+    """
+    off = {
+        "rollout.max_refill_rounds": config.rollout.get("max_refill_rounds", 0) != 0,
+        "prompt_selection.name": config.get("prompt_selection", {}).get("name", "none") != "none",
+        "replay.name": config.get("replay", {}).get("name", "none") != "none",
+        "lope.num_perturbed": config.get("lope", {}).get("num_perturbed", 0) != 0,
+        "algorithm.name": config.algorithm.name in ("uec_rl", "remax"),
+        "mesh.sampler_devices": config.mesh.get("sampler_devices", 0) != 0,
+    }
+    unsupported = [key for key, on in off.items() if on]
+    if unsupported:
+        raise ValueError(
+            f"{unsupported} are not supported with {jax.process_count()} processes yet; run them "
+            "on one host (any number of its devices)"
+        )
