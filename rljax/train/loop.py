@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -38,6 +39,7 @@ from rljax.train.builders import (
 )
 from rljax.train.checkpoint import Checkpointer
 from rljax.train.collection import build_collector, check_multi_process
+from rljax.train.collector import Collector
 from rljax.train.evaluation import greedy_eval
 from rljax.train.faults import maybe_kill
 from rljax.train.guard import SkipGuard, tensor_names
@@ -48,8 +50,16 @@ from rljax.train.steps import make_steps
 from rljax.train.validation import validate_config
 
 
-def train(config: ConfigDict) -> list[dict[str, float]]:
-    """Runs (or resumes) SFT warm start + RL as the config says; returns the logged records."""
+def train(
+    config: ConfigDict, wrap_collector: Callable[[Collector], Collector] | None = None
+) -> list[dict[str, float]]:
+    """Runs (or resumes) SFT warm start + RL as the config says; returns the logged records.
+
+    Args:
+      config: the run config (`configs/grpo_addition.py` documents every key).
+      wrap_collector: your own collector around the one the config builds (e.g. a replay or
+        a filter of your method); its `state()` is checkpointed with the run.
+    """
     validate_config(config)
     t = config.train
     mesh = build_mesh(config)  # its fit to the devices and batch sizes: validate_config
@@ -118,6 +128,8 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
     collector = build_collector(
         config, task, tokenizer, data, algorithm, graphdef, optimizer, mesh, state, steps
     )
+    if wrap_collector is not None:
+        collector = wrap_collector(collector)
     if start and collector.state():  # a collector with host state: buffers, queues
         collector.load(checkpointer.restore_driver(start))
     rows = PartitionSpec(DEFAULT_RULES["batch"])  # batch rows over the mesh's batch axes
