@@ -51,9 +51,7 @@ def test_clip_frac_counts_only_values_outside_the_band_in_float32():
     returns = rng.normal(size=shape).astype(np.float32)
     assert np.any((old + (new - old)) != new)  # the rounding this test is about
     mask = np.ones(shape, bool)
-    _, metrics = clipped_value_loss(coef=0.5, clip=0.2)(
-        jnp.asarray(new), make(returns, old, mask)
-    )
+    _, metrics = clipped_value_loss(coef=0.5, clip=0.2)(jnp.asarray(new), make(returns, old, mask))
     new64, old64, ret64 = (x.astype(np.float64) for x in (new, old, returns))
     clipped = np.clip(new64, old64 - 0.2, old64 + 0.2)
     frac = ((clipped - ret64) ** 2 > (new64 - ret64) ** 2).mean()
