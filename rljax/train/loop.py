@@ -26,6 +26,7 @@ from jax.sharding import Mesh, PartitionSpec
 from ml_collections import ConfigDict
 from tqdm.auto import tqdm
 
+from rljax.config import validate_config
 from rljax.data import HostRows, decode_answers, prompt_batches, prompt_dataset, sft_dataset
 from rljax.data.samplers.curriculum import CurriculumSettings
 from rljax.data.selected import (
@@ -68,7 +69,6 @@ from rljax.train.sampler_mesh import SamplerDevices
 from rljax.train.sft import run_sft
 from rljax.train.steps import make_steps
 from rljax.train.uec import UECDriver
-from rljax.train.validation import validate_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +143,7 @@ def evaluate(
 
 def train(config: ConfigDict) -> list[dict[str, float]]:
     """Runs (or resumes) SFT warm start + RL as the config says; returns the logged records."""
-    validate_config(config)
+    config = validate_config(config)
     t, n_samples = config.train, config.rollout.n_samples
     sampler_devices = config.mesh.get("sampler_devices", 0)
     mesh = build_mesh(config)  # its fit to the devices and batch sizes: validate_config
