@@ -12,8 +12,8 @@ from __future__ import annotations
 import collections
 import functools
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +22,6 @@ from flax import nnx
 from jax.sharding import Mesh, PartitionSpec
 from ml_collections import ConfigDict
 
-from rljax.data import decode_answers, decode_prompts, prompt_batches
 from rljax.data.tasks import Task
 from rljax.models.tokenizer import Tokenizer
 from rljax.parallel.distributed import fetch, to_global
@@ -39,7 +38,7 @@ from rljax.train.builders import (
 )
 from rljax.train.checkpoint import Checkpointer
 from rljax.train.prompts import Prompts
-from rljax.train.scoring import decode_completions, score_rollout
+from rljax.train.scoring import Scorer, decode_completions, score_rollout
 
 
 def pass_at_k(correct: np.ndarray, n: int, k: int) -> np.ndarray:
@@ -121,6 +120,62 @@ def restore_policy(
     return step, tokenizer, graphdef, state.params
 
 
+def eval_batches(
+    dataset: Any, num_problems: int, batch_size: int
+) -> Iterator[tuple[dict[str, np.ndarray], int]]:
+    """(batch, real rows) over the first `num_problems` problems of a prompt dataset.
+
+    The last batch is padded with copies of its last problem (their results are dropped), so
+    every batch has the compiled shape and every problem is evaluated once.
+    """
+    for start in range(0, num_problems, batch_size):
+        rows = [dataset[i] for i in range(start, min(start + batch_size, num_problems))]
+        real = len(rows)
+        rows += [rows[-1]] * (batch_size - real)
+        yield {key: np.stack([row[key] for row in rows]) for key in rows[0]}, real
+
+
+class Scored(NamedTuple):
+    """One evaluation batch's n decodes per real problem, scored."""
+
+    rewards: np.ndarray  # [real, n] float64
+    tokens: np.ndarray  # [real * n, T]
+    mask: np.ndarray  # [real * n, T]
+    failures: dict[str, int]
+
+
+def decode_and_score(
+    decode: Callable[..., Any],
+    batch: dict[str, np.ndarray],
+    real: int,
+    n: int,
+    sampling: SamplingParams,
+    key: jax.Array,
+    task: Task,
+    tokenizer: Tokenizer,
+    scorer: Scorer,
+    mesh: Mesh | None = None,
+) -> Scored:
+    """n completions of each problem of `batch` (`decode`: a partial of `generate`), each
+    scored by `task.reward` through the contained `scorer`.
+
+    With `mesh` (a multi-process run) every process feeds the whole, identical batch as a
+    replicated global array and reads all outputs back, so all report the same numbers.
+    """
+    tokens, mask = batch["prompt_tokens"], batch["prompt_mask"]
+    if mesh is not None:
+        tokens, mask = to_global((tokens, mask), mesh, PartitionSpec())
+    out = decode(jnp.asarray(tokens), jnp.asarray(mask), key, n_samples=n, sampling=sampling)
+    out_tokens = fetch(out.completion_tokens)[: real * n]
+    out_mask = fetch(out.completion_mask)[: real * n]
+    real_batch = {name: value[:real] for name, value in batch.items()}
+    scores, failures = score_rollout(
+        task, tokenizer, real_batch, out_tokens, out_mask, n, scorer, grouped=False
+    )
+    rewards = np.asarray(scores, np.float64).reshape(real, n)
+    return Scored(rewards, out_tokens, out_mask, failures)
+
+
 def greedy_eval(
     graphdef: nnx.GraphDef,
     params: nnx.State,
@@ -131,44 +186,32 @@ def greedy_eval(
 ) -> dict[str, float]:
     """Greedy accuracy and mean reward on the first `task.eval_size` held-out problems.
 
-    The evaluation a training run logs every `train.eval_every` steps. Rewards go through the
-    run's scorer (`reward.*`), like the training rewards, so a reward function that raises or
-    hangs (with `reward.kind="process"` and a timeout) scores 0 instead of stopping the run.
-    With `mesh` (a multi-process run) every process feeds the whole, identical batch as a
-    replicated global array and reads all outputs back, so all report the same numbers.
+    The evaluation a training run logs every `train.eval_every` steps, on the same path as
+    `sample_eval`'s greedy pass: batches of `train.prompts_per_step` problems, each answer
+    scored by `task.reward` through the run's scorer (`reward.*`), so a reward function that
+    raises or hangs (with `reward.kind="process"` and a timeout) scores 0 instead of stopping
+    the run. `mesh`: see `decode_and_score`.
     """
     size, tokenizer = config.task.eval_size, prompts.tokenizer
-    scorer = build_scorer(config)
     dataset = prompts.dataset(
         task, "test", seed=None, num_examples=size, shard_index=0, shard_count=1
     )
+    decode = functools.partial(
+        generate,
+        graphdef,
+        params,
+        max_new_tokens=config.rollout.max_new_tokens,
+        eos_id=tokenizer.eos_id,
+        pad_id=tokenizer.pad_id,
+    )
+    scorer, greedy, key = build_scorer(config), SamplingParams(greedy=True), jax.random.PRNGKey(0)
     rewards = []
-    for batch in prompt_batches(dataset, min(size, config.train.prompts_per_step), num_epochs=1):
-        tokens, mask = batch["prompt_tokens"], batch["prompt_mask"]
-        if mesh is not None:
-            tokens, mask = to_global((tokens, mask), mesh, PartitionSpec())
-        out = generate(
-            graphdef,
-            params,
-            jnp.asarray(tokens),
-            jnp.asarray(mask),
-            jax.random.PRNGKey(0),
-            max_new_tokens=config.rollout.max_new_tokens,
-            eos_id=tokenizer.eos_id,
-            pad_id=tokenizer.pad_id,
-            sampling=SamplingParams(greedy=True),
+    for batch, real in eval_batches(dataset, size, min(size, config.train.prompts_per_step)):
+        scored = decode_and_score(
+            decode, batch, real, 1, greedy, key, task, tokenizer, scorer, mesh
         )
-        texts = decode_completions(
-            tokenizer, fetch(out.completion_tokens), fetch(out.completion_mask)
-        )
-        scores, _ = scorer(
-            lambda p, c, a: task.reward(c, a),
-            decode_prompts(batch, tokenizer),
-            texts,
-            decode_answers(batch),
-        )
-        rewards += list(np.asarray(scores, np.float32))
-    rewards = np.asarray(rewards, np.float32)
+        rewards.append(scored.rewards[:, 0])
+    rewards = np.concatenate(rewards).astype(np.float32)
     return {"eval/accuracy": float((rewards >= 1.0).mean()), "eval/reward": float(rewards.mean())}
 
 
@@ -190,8 +233,9 @@ def sample_eval(
 
     Problems go in batches of `train.prompts_per_step` (the last one padded with copies of its
     last problem, whose results are dropped, so every batch has the compiled shape). A sample
-    is correct when its reward is >= 1, as in `greedy_eval`; rewards come from the
-    config's scorer (`reward.*`), or a task's `group_rewards` over each problem's n samples.
+    is correct when its reward is >= 1, as in `greedy_eval`; each answer is scored on its own
+    by `task.reward` through the config's scorer (`reward.*`; a task's `group_rewards` is a
+    training signal, e.g. CRPS credit, not a score of one answer).
     Interpretation: the samples use plain temperature/top-k/top-p sampling with the given
     params; the training sampler's CUTS rows and quantized weights (`rollout.cuts_top_k`,
     `rollout.weight_format`) are exploration and speed devices of training, not the policy.
@@ -245,30 +289,19 @@ def sample_eval(
     lengths: dict[str, list] = {"sampled": [], "greedy": []}  # [real * n] per batch
     failures: collections.Counter = collections.Counter()
     indices, greedy_texts = [], []
-    for b, start in enumerate(range(0, num_problems, batch_size)):
-        rows = [dataset[i] for i in range(start, min(start + batch_size, num_problems))]
-        real = len(rows)
-        rows += [rows[-1]] * (batch_size - real)
-        batch = {key: np.stack([row[key] for row in rows]) for key in rows[0]}
-        tokens, mask = jnp.asarray(batch["prompt_tokens"]), jnp.asarray(batch["prompt_mask"])
+    for b, (batch, real) in enumerate(eval_batches(dataset, num_problems, batch_size)):
         key = jax.random.fold_in(jax.random.PRNGKey(seed), b)
-        real_batch = {name: value[:real] for name, value in batch.items()}
         for mode, n, how in (
             ("sampled", n_samples, sampling),
             ("greedy", 1, SamplingParams(greedy=True)),
         ):
-            out = decode(tokens, mask, key, n_samples=n, sampling=how)
-            out_tokens = np.asarray(out.completion_tokens)[: real * n]
-            out_mask = np.asarray(out.completion_mask)[: real * n]
-            scores, failed = score_rollout(
-                task, tokenizer, real_batch, out_tokens, out_mask, n, scorer
-            )
-            rewards[mode].append(np.asarray(scores, np.float64).reshape(real, n))
-            lengths[mode].append(out_mask.sum(axis=1))
-            failures.update(failed)
+            scored = decode_and_score(decode, batch, real, n, how, key, task, tokenizer, scorer)
+            rewards[mode].append(scored.rewards)
+            lengths[mode].append(scored.mask.sum(axis=1))
+            failures.update(scored.failures)
             if mode == "greedy":
-                greedy_texts += decode_completions(tokenizer, out_tokens, out_mask)
-        indices += [int(i) for i in real_batch["index"]]
+                greedy_texts += decode_completions(tokenizer, scored.tokens, scored.mask)
+        indices += [int(i) for i in batch["index"][:real]]
     sampled_rewards, greedy_rewards = (np.concatenate(rewards[m]) for m in ("sampled", "greedy"))
     sampled_lengths, greedy_lengths = (np.concatenate(lengths[m]) for m in ("sampled", "greedy"))
     correct = (sampled_rewards >= 1.0).sum(axis=1)

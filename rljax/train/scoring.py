@@ -39,15 +39,17 @@ def score_rollout(
     mask,
     repeats: int,
     scorer: Scorer = score_completions,
+    grouped: bool = True,
 ):
     """Rewards of decoded completions ([N * repeats]) and the reward-function failure counts.
 
-    A task with a `group_rewards(completions, answer)` method scores each prompt's `repeats`
-    samples together (e.g. CRPS credit), in this process; otherwise `scorer` runs
-    `task.reward` on every completion.
+    With `grouped`, a task with a `group_rewards(completions, answer)` method scores each
+    prompt's `repeats` samples together (e.g. CRPS credit, a training signal), in this
+    process; otherwise `scorer` runs `task.reward` on every completion (evaluation scores
+    each answer on its own).
     """
     texts = decode_completions(tokenizer, np.asarray(tokens), np.asarray(mask))
-    if hasattr(task, "group_rewards"):
+    if grouped and hasattr(task, "group_rewards"):
         return score_groups(task.group_rewards, texts, decode_answers(prompts), repeats)
     repeat = lambda xs: [x for x in xs for _ in range(repeats)]
     return scorer(
