@@ -34,8 +34,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rljax.core import keys
 from rljax.core.aggregation import aggregate, check_aggregation_mode, masked_mean
 from rljax.core.batch import Batch
+from rljax.core.keys import declare_objective
 from rljax.core.objective import Objective
 from rljax.core.transform import Context, Transform, stateless
 
@@ -107,7 +109,7 @@ def covariance_noise() -> Transform:
         noise = jax.random.uniform(ctx.rng, batch.completion_mask.shape, jnp.float32)
         return batch.replace(extras={**batch.extras, NOISE_KEY: noise}), {}
 
-    return stateless(fn)
+    return stateless(fn, {keys.COMPLETION_MASK}, {keys.COV_NOISE})
 
 
 def _count_table(ratio: float, n_max: int) -> jax.Array:
@@ -254,7 +256,7 @@ def clip_cov(
         }
         return loss, metrics
 
-    return objective
+    return declare_objective(objective, keys.PG_READS | {keys.COV_NOISE}, keys.PG_OPTIONAL)
 
 
 def kl_cov(
@@ -332,4 +334,4 @@ def kl_cov(
         }
         return loss, metrics
 
-    return objective
+    return declare_objective(objective, keys.PG_READS, keys.PG_OPTIONAL)

@@ -4,8 +4,10 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rljax.core import keys
 from rljax.core.aggregation import aggregate, check_aggregation_mode
 from rljax.core.batch import Batch, check_groups
+from rljax.core.keys import declare_objective
 from rljax.core.objective import Objective
 from rljax.core.transform import Context, Metrics, Transform, stateless
 from rljax.objectives.importance import apply_is_weight
@@ -91,7 +93,8 @@ def valid_group_scaling(group_size: int) -> Transform:
         advantages = batch.advantages * alpha.astype(batch.advantages.dtype)
         return batch.replace(advantages=advantages), {"gpg/valid_group_scale": alpha}
 
-    return stateless(fn)
+    reads = {keys.GROUP_ID, keys.REWARDS, keys.ADVANTAGES}
+    return stateless(fn, reads, {keys.ADVANTAGES})
 
 
 def gpg(aggregation: str = "token-mean", max_len: int | None = None) -> Objective:
@@ -142,4 +145,4 @@ def gpg(aggregation: str = "token-mean", max_len: int | None = None) -> Objectiv
         }
         return loss, metrics
 
-    return objective
+    return declare_objective(objective, keys.PG_READS - {keys.OLD_LOGPROBS}, keys.PG_OPTIONAL)

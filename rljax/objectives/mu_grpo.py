@@ -6,8 +6,10 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rljax.core import keys
 from rljax.core.aggregation import aggregate, check_aggregation_mode
 from rljax.core.batch import Batch
+from rljax.core.keys import declare_objective
 from rljax.core.objective import Objective
 from rljax.objectives.importance import apply_is_weight
 
@@ -149,4 +151,4 @@ def mu_grpo(
         }
         return loss, metrics
 
-    return objective
+    return declare_objective(objective, keys.PG_READS, keys.PG_OPTIONAL)

@@ -3,8 +3,10 @@
 import jax
 import jax.numpy as jnp
 
+from rljax.core import keys
 from rljax.core.aggregation import aggregate, check_aggregation_mode
 from rljax.core.batch import Batch
+from rljax.core.keys import declare_objective
 from rljax.core.objective import Objective
 from rljax.objectives.importance import apply_is_weight
 
@@ -97,4 +99,4 @@ def ppo_clip(
         metrics["pg/approx_kl"] = mean(ratio - 1.0 - log_ratio)
         return loss, metrics
 
-    return objective
+    return declare_objective(objective, keys.PG_READS, keys.PG_OPTIONAL | {keys.CLIP_SCALE})

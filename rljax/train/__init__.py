@@ -15,11 +15,14 @@ from rljax.train.logprobs import (
 )
 from rljax.train.loop import evaluate, train
 from rljax.train.sft import make_sft_step, run_sft
+from rljax.train.statistics import StatisticInputs, register_token_statistic
 from rljax.train.steps import BATCH_STATS, RolloutConfig, Steps, UpdateConfig, make_steps
 from rljax.train.validation import validate_config
 
 __all__ = [
     "BATCH_STATS",
+    "StatisticInputs",
+    "register_token_statistic",
     "build_train_state",
     "collect_batch",
     "critic_values",
