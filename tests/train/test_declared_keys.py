@@ -2,6 +2,7 @@
 
 import glob
 import importlib
+import inspect
 import os
 
 import jax
@@ -14,6 +15,7 @@ from rljax.core import keys
 from rljax.core.batch import make_batch
 from rljax.core.transform import chain, stateless
 from rljax.train.builders import (
+    ALGORITHMS,
     build_algorithm,
     build_optimizer,
     build_policy,
@@ -43,6 +45,27 @@ def test_every_config_algorithm_builds_and_passes_the_check(name):
     config = tiny(importlib.import_module(f"configs.{name}").get_config())
     algorithm = build_algorithm(config, vocab_size=259)
     keys.check_algorithm(algorithm)
+
+
+# Required settings of presets without a default, for building every preset with its defaults.
+REQUIRED = {
+    "vocab_size": 259,
+    "total_steps": 10,
+    "k": 2,
+    "num_dimensions": 2,
+    "target_entropy": 1.0,
+    "max_len": 8,
+    "cache_len": 2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_preset_with_its_defaults_passes_the_check(name):
+    preset = ALGORITHMS[name]
+    params = inspect.signature(preset).parameters
+    empty = inspect.Parameter.empty
+    kwargs = {k: v for k, v in REQUIRED.items() if k in params and params[k].default is empty}
+    keys.check_algorithm(preset(group_size=4, **kwargs))
 
 
 def test_uec_rl_default_kl_keeps_and_measures_against_the_reference():
