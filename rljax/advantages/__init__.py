@@ -38,6 +38,7 @@ from rljax.advantages.prefix_tree import implicit_process_advantages, prefix_tre
 from rljax.advantages.reinforce_pp import batch_whitened_advantages, reinforce_pp_advantages
 from rljax.advantages.remax import greedy_baseline_advantages, remax_advantages
 from rljax.advantages.rloo import leave_one_out_advantages, rloo_advantages
+from rljax.advantages.sequence import sequence_advantages
 
 __all__ = [
     "efficiency_rewards",
@@ -70,6 +71,7 @@ __all__ = [
     "length_weighted_baseline_advantages",
     "logit_gradient_proxy",
     "masked_stats",
+    "sequence_advantages",
     "opo_advantages",
     "optimal_token_baseline",
     "optimal_token_baseline_advantages",

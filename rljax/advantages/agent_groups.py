@@ -4,9 +4,10 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rljax.advantages.group import masked_stats
-from rljax.core.batch import Batch, check_groups, check_sequence_rewards
-from rljax.core.transform import Context, Metrics, Transform, stateless
+from rljax.advantages.sequence import sequence_advantages
+from rljax.core import keys
+from rljax.core.batch import Batch
+from rljax.core.transform import Metrics, Transform
 
 AGENT_KEY = "agent_id"
 
@@ -105,10 +106,7 @@ def agent_advantages(group_size: int, agent_key: str = AGENT_KEY, eps: float = 1
     """
     _check_group_size(group_size)
 
-    def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
-        del ctx
-        check_sequence_rewards(batch.rewards, "agent_advantages")
-        check_groups(batch.group_id, group_size)
+    def fn(rewards: jax.Array, batch: Batch) -> tuple[jax.Array, Metrics]:
         if agent_key not in batch.extras:
             raise ValueError(
                 f"agent_advantages needs batch.extras[{agent_key!r}]: the [B] int agent index "
@@ -116,26 +114,31 @@ def agent_advantages(group_size: int, agent_key: str = AGENT_KEY, eps: float = 1
                 f"put it there (extras has keys {sorted(batch.extras)})"
             )
         agent_id = jnp.asarray(batch.extras[agent_key])
-        if agent_id.shape != batch.rewards.shape:
+        if agent_id.shape != rewards.shape:
             raise ValueError(
                 f"batch.extras[{agent_key!r}] has shape {agent_id.shape}, expected [B] = "
-                f"{batch.rewards.shape}: one agent id per sample"
+                f"{rewards.shape}: one agent id per sample"
             )
         if not jnp.issubdtype(agent_id.dtype, jnp.integer):
             raise ValueError(
                 f"batch.extras[{agent_key!r}] has dtype {agent_id.dtype}, expected an integer "
                 "dtype (agent indices)"
             )
-        adv = agent_normalized_advantages(batch.rewards, batch.group_id, agent_id, group_size, eps)
-        mask = batch.completion_mask
-        token_adv = adv[:, None] * mask.astype(adv.dtype)
+        adv = agent_normalized_advantages(rewards, batch.group_id, agent_id, group_size, eps)
         same = _same_cell(batch.group_id, agent_id, group_size)
         n = same.sum(axis=2).astype(jnp.float32)
-        r = batch.rewards.reshape(-1, group_size)
+        r = rewards.reshape(-1, group_size)
         differs = jnp.any(same & (r[:, None, :] != r[:, :, None]), axis=2)
-        metrics = masked_stats(token_adv, mask, "drmas/advantages")
-        metrics["drmas/zero_adv_frac"] = jnp.mean(((n < 2) | ~differs).astype(jnp.float32))
-        metrics["drmas/mean_cell_size"] = jnp.mean(n)
-        return batch.replace(advantages=token_adv), metrics
+        return adv, {
+            "drmas/zero_adv_frac": jnp.mean(((n < 2) | ~differs).astype(jnp.float32)),
+            "drmas/mean_cell_size": jnp.mean(n),
+        }
 
-    return stateless(fn)
+    return sequence_advantages(
+        "agent_advantages",
+        fn,
+        group_size,
+        prefix="drmas",
+        zero_std=False,
+        reads={keys.extra(agent_key)},
+    )

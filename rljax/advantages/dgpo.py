@@ -11,6 +11,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rljax.core import keys
 from rljax.core.aggregation import masked_mean
 from rljax.core.batch import Batch
 from rljax.core.transform import Context, Metrics, Transform, stateless
@@ -125,4 +126,5 @@ def deviation_gated_advantages(vocab_size: int, temperature: float = 1.0) -> Tra
         }
         return batch.replace(advantages=token_adv), metrics
 
-    return stateless(fn)
+    reads = {keys.COMPLETION_MASK, keys.ADVANTAGES, keys.OLD_ENTROPY, keys.OLD_REF_HELLINGER}
+    return stateless(fn, reads, {keys.ADVANTAGES})

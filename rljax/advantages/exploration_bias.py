@@ -9,6 +9,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rljax.core import keys
 from rljax.core.batch import Batch, check_sequence_rewards
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
@@ -119,4 +120,6 @@ def exploration_bias(
         }
         return batch.replace(rewards=biased.astype(rewards.dtype)), metrics
 
-    return stateless(fn)
+    logprobs_key = keys.OLD_LOGPROBS if source == "old" else keys.REF_LOGPROBS
+    reads = {keys.REWARDS, keys.COMPLETION_MASK, logprobs_key}
+    return stateless(fn, reads, {keys.REWARDS})

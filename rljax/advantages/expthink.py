@@ -9,9 +9,10 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rljax.advantages.group import masked_stats
-from rljax.core.batch import Batch, check_groups, check_sequence_rewards, equal_reward_fraction
-from rljax.core.transform import Context, Metrics, Transform, stateless
+from rljax.advantages.sequence import sequence_advantages
+from rljax.core import keys
+from rljax.core.batch import Batch, check_sequence_rewards
+from rljax.core.transform import Context, Metrics, Transform
 
 PROMPT_ID_KEY = "prompt_id"
 CORRECT_KEY = "correct"
@@ -148,7 +149,9 @@ def expthink_rewards(
         )
         return batch, new_state, metrics
 
-    return Transform(init, apply)
+    reads = {keys.REWARDS, keys.COMPLETION_MASK, keys.extra(PROMPT_ID_KEY)}
+    writes = {keys.REWARDS, keys.extra(CORRECT_KEY)}
+    return Transform(init, apply, frozenset(reads), frozenset(writes))
 
 
 def difficulty_adaptive_advantages(
@@ -211,28 +214,28 @@ def expthink_advantages(group_size: int) -> Transform:
     """
     _check_group_size(group_size)
 
-    def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
-        del ctx
-        check_sequence_rewards(batch.rewards, "expthink_advantages")
-        check_groups(batch.group_id, group_size)
+    def fn(rewards: jax.Array, batch: Batch) -> tuple[jax.Array, Metrics]:
         if CORRECT_KEY in batch.extras:
             correct = jnp.asarray(batch.extras[CORRECT_KEY])
-            if correct.shape != batch.rewards.shape:
+            if correct.shape != rewards.shape:
                 raise ValueError(
                     f"batch.extras[{CORRECT_KEY!r}] has shape {correct.shape}, expected [B] = "
-                    f"{batch.rewards.shape}: one correctness flag per sample"
+                    f"{rewards.shape}: one correctness flag per sample"
                 )
             correct = correct.astype(bool)
         else:
-            correct = batch.rewards > 0
-        adv = difficulty_adaptive_advantages(batch.rewards, correct, group_size)
-        mask = batch.completion_mask
-        token_adv = adv[:, None] * mask.astype(adv.dtype)
+            correct = rewards > 0
+        adv = difficulty_adaptive_advantages(rewards, correct, group_size)
         c = correct.reshape(-1, group_size).sum(axis=1).astype(jnp.float32)
-        metrics = masked_stats(token_adv, mask, "expthink/advantages")
-        metrics["expthink/no_correct_frac"] = jnp.mean((c == 0).astype(jnp.float32))
-        metrics["expthink/mean_correct"] = jnp.mean(c)
-        metrics["expthink/zero_std_frac"] = equal_reward_fraction(batch.rewards, group_size)
-        return batch.replace(advantages=token_adv), metrics
+        return adv, {
+            "expthink/no_correct_frac": jnp.mean((c == 0).astype(jnp.float32)),
+            "expthink/mean_correct": jnp.mean(c),
+        }
 
-    return stateless(fn)
+    return sequence_advantages(
+        "expthink_advantages",
+        fn,
+        group_size,
+        prefix="expthink",
+        optional_reads={keys.extra(CORRECT_KEY)},
+    )

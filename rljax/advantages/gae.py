@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from rljax.advantages.group import masked_stats
+from rljax.core import keys
 from rljax.core.batch import Batch, check_sequence_rewards
 from rljax.core.transform import Context, Metrics, Transform, stateless
 from rljax.objectives.kl import kl_penalty
@@ -159,4 +160,8 @@ def gae_advantages(
         extras = {**batch.extras, RETURNS_KEY: returns}
         return batch.replace(advantages=adv, extras=extras), metrics
 
-    return stateless(fn)
+    reads = {keys.REWARDS, keys.COMPLETION_MASK, keys.extra(VALUES_KEY)}
+    if kl_coef:
+        reads |= {keys.OLD_LOGPROBS, keys.REF_LOGPROBS}
+    writes = {keys.ADVANTAGES, keys.extra(RETURNS_KEY)}
+    return stateless(fn, reads, writes, {keys.extra(TOKEN_REWARDS_KEY)})

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rljax.advantages.group import masked_stats
+from rljax.core import keys
 from rljax.core.batch import Batch, check_groups
 from rljax.core.transform import Context, Metrics, Transform
 
@@ -312,4 +313,6 @@ def preference_advantages(
         extras = {**batch.extras, "clip_scale": clip_scale}
         return batch.replace(advantages=token_adv, extras=extras), state, metrics
 
-    return Transform(init, apply)
+    reads = frozenset({keys.REWARDS, keys.GROUP_ID, keys.COMPLETION_MASK})
+    writes = frozenset({keys.ADVANTAGES, keys.CLIP_SCALE})
+    return Transform(init, apply, reads, writes, frozenset({keys.extra(weights_key)}))

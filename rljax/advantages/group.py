@@ -4,8 +4,11 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rljax.core.batch import Batch, check_groups, check_sequence_rewards, equal_reward_fraction
-from rljax.core.transform import Context, Metrics, Transform, stateless
+from rljax.advantages.sequence import masked_stats, sequence_advantages
+from rljax.core.batch import Batch
+from rljax.core.transform import Transform
+
+__all__ = ["grpo_advantages", "group_advantages", "masked_stats"]
 
 
 def _check_group_size(group_size: int) -> None:
@@ -59,20 +62,6 @@ def grpo_advantages(
     return centered.reshape(b)
 
 
-def masked_stats(x: jax.Array, mask: jax.Array, prefix: str) -> Metrics:
-    """Mean, std, min and max of x over mask; all 0 when the mask is empty."""
-    any_valid = mask.any()
-    n = jnp.maximum(mask.sum(), 1)
-    mean = jnp.where(mask, x, 0.0).sum() / n
-    var = jnp.where(mask, (x - mean) ** 2, 0.0).sum() / n
-    return {
-        f"{prefix}/mean": mean,
-        f"{prefix}/std": jnp.sqrt(var),
-        f"{prefix}/min": jnp.where(any_valid, jnp.where(mask, x, jnp.inf).min(), 0.0),
-        f"{prefix}/max": jnp.where(any_valid, jnp.where(mask, x, -jnp.inf).max(), 0.0),
-    }
-
-
 def group_advantages(
     group_size: int,
     normalize_std: bool = True,
@@ -98,15 +87,8 @@ def group_advantages(
     """
     _check_group_size(group_size)
 
-    def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
-        del ctx
-        check_sequence_rewards(batch.rewards, "group_advantages")
-        check_groups(batch.group_id, group_size)
-        adv = grpo_advantages(batch.rewards, group_size, normalize_std, unbiased_std, eps)
-        mask = batch.completion_mask
-        token_adv = adv[:, None] * mask.astype(adv.dtype)
-        metrics = masked_stats(token_adv, mask, "advantages")
-        metrics["advantages/zero_std_frac"] = equal_reward_fraction(batch.rewards, group_size)
-        return batch.replace(advantages=token_adv), metrics
+    def fn(rewards: jax.Array, batch: Batch) -> jax.Array:
+        del batch
+        return grpo_advantages(rewards, group_size, normalize_std, unbiased_std, eps)
 
-    return stateless(fn)
+    return sequence_advantages("group_advantages", fn, group_size)

@@ -10,9 +10,10 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rljax.advantages.group import masked_stats
-from rljax.core.batch import Batch, check_sequence_rewards
-from rljax.core.transform import Context, Metrics, Transform, stateless
+from rljax.advantages.sequence import sequence_advantages
+from rljax.core import keys
+from rljax.core.batch import Batch
+from rljax.core.transform import Metrics, Transform
 
 EMBEDDING_KEY = "prompt_embedding"
 
@@ -127,9 +128,7 @@ def kernel_baseline_advantages(
     """
     _check_bandwidth(bandwidth)
 
-    def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
-        del ctx
-        check_sequence_rewards(batch.rewards, "kernel_baseline_advantages")
+    def fn(rewards: jax.Array, batch: Batch) -> tuple[jax.Array, Metrics]:
         if embedding_key not in batch.extras:
             raise ValueError(
                 f"kernel_baseline_advantages needs batch.extras[{embedding_key!r}]: the [B, D] "
@@ -137,7 +136,7 @@ def kernel_baseline_advantages(
                 f"trainer put them there (extras has keys {sorted(batch.extras)})"
             )
         emb = jnp.asarray(batch.extras[embedding_key])
-        b = batch.rewards.shape[0]
+        b = rewards.shape[0]
         if emb.ndim != 2 or emb.shape[0] != b:
             raise ValueError(
                 f"batch.extras[{embedding_key!r}] has shape {emb.shape}, expected [B, D] with "
@@ -147,15 +146,19 @@ def kernel_baseline_advantages(
             raise ValueError(
                 f"batch.extras[{embedding_key!r}] has dtype {emb.dtype}, expected a float dtype"
             )
-        baseline = kernel_baseline(batch.rewards, emb, bandwidth, fallback_baseline)
-        adv = batch.rewards.astype(jnp.float32) - baseline
-        mask = batch.completion_mask
-        token_adv = adv[:, None] * mask.astype(adv.dtype)
+        baseline = kernel_baseline(rewards, emb, bandwidth, fallback_baseline)
+        adv = rewards.astype(jnp.float32) - baseline
         w, has_neighbour = _kernel_weights(emb, bandwidth)
         ess = jnp.where(has_neighbour, 1.0 / jnp.maximum(jnp.sum(w**2, axis=1), 1e-30), 0.0)
-        metrics = masked_stats(token_adv, mask, "kernel_baseline/advantages")
-        metrics["kernel_baseline/baseline_mean"] = jnp.mean(baseline)
-        metrics["kernel_baseline/effective_neighbours"] = jnp.mean(ess)
-        return batch.replace(advantages=token_adv), metrics
+        return adv, {
+            "kernel_baseline/baseline_mean": jnp.mean(baseline),
+            "kernel_baseline/effective_neighbours": jnp.mean(ess),
+        }
 
-    return stateless(fn)
+    return sequence_advantages(
+        "kernel_baseline_advantages",
+        fn,
+        prefix="kernel_baseline",
+        zero_std=False,
+        reads={keys.extra(embedding_key)},
+    )

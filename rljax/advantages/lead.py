@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from rljax.advantages.group import grpo_advantages, masked_stats
+from rljax.core import keys
 from rljax.core.batch import Batch, check_groups, check_sequence_rewards
 from rljax.core.transform import Context, Metrics, Transform
 
@@ -345,4 +346,5 @@ def lead_advantages(
         )
         return batch.replace(advantages=token_adv), new_state, metrics
 
-    return Transform(init, apply)
+    reads = frozenset({keys.REWARDS, keys.GROUP_ID, keys.COMPLETION_MASK})
+    return Transform(init, apply, reads, frozenset({keys.ADVANTAGES}))

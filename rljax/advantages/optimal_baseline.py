@@ -5,9 +5,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rljax.advantages.group import masked_stats
-from rljax.core.batch import Batch, check_groups, check_sequence_rewards, equal_reward_fraction
-from rljax.core.transform import Context, Metrics, Transform, stateless
+from rljax.advantages.sequence import sequence_advantages
+from rljax.core.batch import Batch
+from rljax.core.transform import Metrics, Transform
 
 
 def _check_group_size(group_size: int) -> None:
@@ -80,21 +80,14 @@ def length_weighted_baseline_advantages(group_size: int) -> Transform:
     """
     _check_group_size(group_size)
 
-    def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
-        del ctx
-        check_sequence_rewards(batch.rewards, "length_weighted_baseline_advantages")
-        check_groups(batch.group_id, group_size)
-        mask = batch.completion_mask
-        lengths = mask.sum(axis=1)
-        adv = opo_advantages(batch.rewards, lengths, group_size)
-        token_adv = adv[:, None] * mask.astype(adv.dtype)
-        groups = batch.rewards.reshape(-1, group_size)
+    def fn(rewards: jax.Array, batch: Batch) -> tuple[jax.Array, Metrics]:
+        lengths = batch.completion_mask.sum(axis=1)
+        adv = opo_advantages(rewards, lengths, group_size)
+        groups = rewards.reshape(-1, group_size)
         w = lengths.astype(jnp.float32).reshape(-1, group_size)
         total = w.sum(axis=1)
         baseline = jnp.where(total > 0, (w * groups).sum(axis=1) / jnp.maximum(total, 1.0), 0.0)
-        metrics = masked_stats(token_adv, mask, "opo/advantages")
-        metrics["opo/baseline_mean"] = baseline.mean()
-        metrics["opo/zero_std_frac"] = equal_reward_fraction(batch.rewards, group_size)
-        return batch.replace(advantages=token_adv), metrics
+        return adv, {"opo/baseline_mean": baseline.mean()}
 
-    return stateless(fn)
+    name = "length_weighted_baseline_advantages"
+    return sequence_advantages(name, fn, group_size, prefix="opo")

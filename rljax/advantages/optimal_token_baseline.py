@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from rljax.advantages.group import masked_stats
+from rljax.core import keys
 from rljax.core.batch import Batch, check_groups, check_sequence_rewards
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
@@ -185,4 +186,6 @@ def optimal_token_baseline_advantages(
         metrics["otb/token_weight_mean"] = jnp.where(mask, w, 0.0).sum() / n
         return batch.replace(advantages=adv), metrics
 
-    return stateless(fn)
+    reads = {keys.REWARDS, keys.GROUP_ID, keys.COMPLETION_MASK, keys.OLD_LOGPROBS}
+    reads |= {keys.OLD_SUM_SQ_PROB} | ({keys.ROLLOUT_LOGPROBS} if use_is_weight else set())
+    return stateless(fn, reads, {keys.ADVANTAGES}, {keys.TOKEN_REWARDS})

@@ -5,9 +5,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rljax.advantages.group import masked_stats
-from rljax.core.batch import Batch, check_groups, check_sequence_rewards
-from rljax.core.transform import Context, Metrics, Transform, stateless
+from rljax.advantages.sequence import sequence_advantages
+from rljax.core.batch import Batch
+from rljax.core.transform import Metrics, Transform
 
 
 def _check_sizes(group_size: int, k: int) -> None:
@@ -164,21 +164,18 @@ def pass_at_k_group_advantages(group_size: int, k: int) -> Transform:
     """
     _check_sizes(group_size, k)
 
-    def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
-        del ctx
-        check_sequence_rewards(batch.rewards, "pass_at_k_group_advantages")
-        check_groups(batch.group_id, group_size)
-        adv = pass_at_k_advantages(batch.rewards, group_size, k)
-        values = pass_at_k_values(batch.rewards, group_size, k)
-        mask = batch.completion_mask
-        token_adv = adv[:, None] * mask.astype(adv.dtype)
-        metrics = masked_stats(token_adv, mask, "pass_at_k/advantages")
-        metrics["pass_at_k/pass_at_k"] = values.mean()
-        metrics["pass_at_k/zero_signal_frac"] = jnp.mean(
-            jnp.all(adv.reshape(-1, group_size) == 0, axis=1).astype(jnp.float32)
-        )
-        r = batch.rewards
-        metrics["pass_at_k/nonbinary_frac"] = jnp.mean(((r != 0) & (r != 1)).astype(jnp.float32))
-        return batch.replace(advantages=token_adv), metrics
+    def fn(rewards: jax.Array, batch: Batch) -> tuple[jax.Array, Metrics]:
+        del batch
+        adv = pass_at_k_advantages(rewards, group_size, k)
+        values = pass_at_k_values(rewards, group_size, k)
+        zero_signal = jnp.all(adv.reshape(-1, group_size) == 0, axis=1).astype(jnp.float32)
+        nonbinary = ((rewards != 0) & (rewards != 1)).astype(jnp.float32)
+        return adv, {
+            "pass_at_k/pass_at_k": values.mean(),
+            "pass_at_k/zero_signal_frac": jnp.mean(zero_signal),
+            "pass_at_k/nonbinary_frac": jnp.mean(nonbinary),
+        }
 
-    return stateless(fn)
+    return sequence_advantages(
+        "pass_at_k_group_advantages", fn, group_size, prefix="pass_at_k", zero_std=False
+    )

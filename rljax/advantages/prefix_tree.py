@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from rljax.advantages.group import masked_stats
+from rljax.core import keys
 from rljax.core.batch import Batch, check_groups, check_sequence_rewards, equal_reward_fraction
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
@@ -155,4 +156,5 @@ def implicit_process_advantages(group_size: int) -> Transform:
         metrics["ibpo/zero_std_frac"] = equal_reward_fraction(batch.rewards, group_size)
         return batch.replace(advantages=adv), metrics
 
-    return stateless(fn)
+    reads = {keys.REWARDS, keys.GROUP_ID, keys.COMPLETION_MASK, keys.COMPLETION_TOKENS}
+    return stateless(fn, reads, {keys.ADVANTAGES})

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from rljax.advantages.group import masked_stats
+from rljax.core import keys
 from rljax.core.batch import Batch, check_groups, check_sequence_rewards
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
@@ -132,4 +133,5 @@ def batch_whitened_advantages(group_size: int | None = None, eps: float = 1e-6) 
         metrics[f"{prefix}/raw_std"] = raw_stats["raw/std"]
         return batch.replace(advantages=token_adv), metrics
 
-    return stateless(fn)
+    reads = {keys.REWARDS, keys.COMPLETION_MASK} | ({keys.GROUP_ID} if group_size else set())
+    return stateless(fn, reads, {keys.ADVANTAGES})

@@ -4,9 +4,10 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rljax.advantages.group import masked_stats
-from rljax.core.batch import Batch, check_sequence_rewards
-from rljax.core.transform import Context, Metrics, Transform, stateless
+from rljax.advantages.sequence import sequence_advantages
+from rljax.core import keys
+from rljax.core.batch import Batch
+from rljax.core.transform import Metrics, Transform
 
 BASELINE_KEY = "baseline_reward"
 
@@ -55,9 +56,7 @@ def greedy_baseline_advantages(baseline_key: str = BASELINE_KEY) -> Transform:
         `baseline_key` or holds an array of the wrong shape there.
     """
 
-    def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
-        del ctx
-        check_sequence_rewards(batch.rewards, "greedy_baseline_advantages")
+    def fn(rewards: jax.Array, batch: Batch) -> tuple[jax.Array, Metrics]:
         if baseline_key not in batch.extras:
             raise ValueError(
                 f"ReMax needs batch.extras[{baseline_key!r}]: the [B] reward of the greedy "
@@ -66,18 +65,22 @@ def greedy_baseline_advantages(baseline_key: str = BASELINE_KEY) -> Transform:
                 f"{sorted(batch.extras)})"
             )
         baseline = jnp.asarray(batch.extras[baseline_key])
-        if baseline.shape != batch.rewards.shape:
+        if baseline.shape != rewards.shape:
             raise ValueError(
                 f"batch.extras[{baseline_key!r}] has shape {baseline.shape}, expected [B] = "
-                f"{batch.rewards.shape}: one greedy reward per sample (repeat a prompt's score "
+                f"{rewards.shape}: one greedy reward per sample (repeat a prompt's score "
                 "for each of its samples)"
             )
-        adv = remax_advantages(batch.rewards, baseline)
-        mask = batch.completion_mask
-        token_adv = adv[:, None] * mask.astype(adv.dtype)
-        metrics = masked_stats(token_adv, mask, "remax/advantages")
-        metrics["remax/baseline_mean"] = jnp.mean(baseline.astype(jnp.float32))
-        metrics["remax/beats_greedy_frac"] = jnp.mean((adv > 0).astype(jnp.float32))
-        return batch.replace(advantages=token_adv), metrics
+        adv = remax_advantages(rewards, baseline)
+        return adv, {
+            "remax/baseline_mean": jnp.mean(baseline.astype(jnp.float32)),
+            "remax/beats_greedy_frac": jnp.mean((adv > 0).astype(jnp.float32)),
+        }
 
-    return stateless(fn)
+    return sequence_advantages(
+        "greedy_baseline_advantages",
+        fn,
+        prefix="remax",
+        zero_std=False,
+        reads={keys.extra(baseline_key)},
+    )

@@ -4,9 +4,9 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rljax.advantages.group import masked_stats
-from rljax.core.batch import Batch, check_groups, check_sequence_rewards, equal_reward_fraction
-from rljax.core.transform import Context, Metrics, Transform, stateless
+from rljax.advantages.sequence import sequence_advantages
+from rljax.core.batch import Batch
+from rljax.core.transform import Transform
 
 
 def _check_group_size(group_size: int) -> None:
@@ -71,15 +71,8 @@ def leave_one_out_advantages(group_size: int) -> Transform:
     """
     _check_group_size(group_size)
 
-    def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
-        del ctx
-        check_sequence_rewards(batch.rewards, "leave_one_out_advantages")
-        check_groups(batch.group_id, group_size)
-        adv = rloo_advantages(batch.rewards, group_size)
-        mask = batch.completion_mask
-        token_adv = adv[:, None] * mask.astype(adv.dtype)
-        metrics = masked_stats(token_adv, mask, "rloo/advantages")
-        metrics["rloo/zero_std_frac"] = equal_reward_fraction(batch.rewards, group_size)
-        return batch.replace(advantages=token_adv), metrics
+    def fn(rewards: jax.Array, batch: Batch) -> jax.Array:
+        del batch
+        return rloo_advantages(rewards, group_size)
 
-    return stateless(fn)
+    return sequence_advantages("leave_one_out_advantages", fn, group_size, prefix="rloo")

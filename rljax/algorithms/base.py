@@ -3,6 +3,7 @@
 from collections.abc import Callable
 from typing import NamedTuple
 
+from rljax.core import keys
 from rljax.core.objective import Objective, sum_objectives
 from rljax.core.transform import Transform, chain
 from rljax.entropy.uec import UECSettings
@@ -15,19 +16,18 @@ from rljax.objectives.value import ValueLoss
 class Algorithm(NamedTuple):
     """An RL algorithm: `transform` prepares the batch, `objective` is the loss.
 
+    What the steps compute for it follows from the keys its transforms and objective terms
+    declare (`rljax.core.keys`): a reference policy when anything reads `ref_logprobs` (or a
+    statistic that needs it), the prepare step's per-token statistics that are read, the
+    driver's greedy decode when `extras.baseline_reward` is read.
+
     Attributes:
       transform: the transform chain run once per rollout batch (rewards -> advantages).
       objective: the policy loss.
       aggregation: the loss aggregation mode its terms share; the update step uses it to weigh
         micro-batches so gradient accumulation is exact.
-      batch_stats: extra per-token statistics of the pre-update policy the transforms read
-        from `batch.extras`, computed by the prepare step (`rljax.train.steps.BATCH_STATS`).
       value_loss: the critic's loss for algorithms with a learned value function (PPO with
         GAE), or None; such an algorithm trains with a critic in the train state.
-      greedy_baseline: the driver also decodes each prompt greedily and puts the greedy
-        completion's reward in `batch.extras["baseline_reward"]` (ReMax).
-      needs_reference: the train state keeps a frozen reference policy even without a KL
-        term (DGPO's deviation from the reference).
       collection: how the driver collects batches: None is one rollout per step
         (`rljax.train.collect`); `UECSettings` is UEC-RL's hard-prompt exploration, batch
         buffer and replay (`rljax.train.uec`).
@@ -36,11 +36,42 @@ class Algorithm(NamedTuple):
     transform: Transform
     objective: Objective
     aggregation: str = "token-mean"
-    batch_stats: tuple[str, ...] = ()
     value_loss: ValueLoss | None = None
-    greedy_baseline: bool = False
-    needs_reference: bool = False
     collection: UECSettings | None = None
+
+    @property
+    def reads(self) -> frozenset[str]:
+        """The keys it needs from outside its transforms (`rljax.core.keys.algorithm_reads`)."""
+        return keys.algorithm_reads(self)
+
+    @property
+    def needs_reference(self) -> bool:
+        """Whether the train state keeps a frozen reference policy (something reads
+        `ref_logprobs` or a statistic computed from the reference)."""
+        return keys.needs_reference(self)
+
+    @property
+    def batch_stats(self) -> tuple[str, ...]:
+        """The per-token statistics of the pre-update policy that the prepare step puts in
+        `batch.extras` because something reads them (registered with
+        `rljax.train.statistics.register_token_statistic`; "old_entropy" is always there)."""
+        reads = self.reads
+        return tuple(
+            sorted(
+                k[len(keys.EXTRAS) :]
+                for k in reads
+                if k in keys.KEYS
+                and keys.KEYS[k].producer == keys.PREPARE
+                and k.startswith(keys.EXTRAS)
+                and k != keys.OLD_ENTROPY
+            )
+        )
+
+    @property
+    def greedy_baseline(self) -> bool:
+        """Whether the driver also decodes each prompt greedily and puts the greedy completion's
+        reward in `batch.extras["baseline_reward"]` (ReMax): something reads it."""
+        return keys.BASELINE_REWARD in self.reads
 
 
 def with_regularizers(

@@ -251,7 +251,7 @@ def remax(
     """ReMax ("ReMax: A Simple, Effective, and Efficient Reinforcement Learning Method for
     Aligning Large Language Models", arXiv 2310.10505): the reward of the policy's greedy
     completion as baseline, + PPO clip. The driver runs the greedy decoding
-    (`greedy_baseline=True`); `group_size` is unused (the baseline is per prompt)."""
+    (the transform reads `extras.baseline_reward`); `group_size` is unused (the baseline is
+    per prompt)."""
     del group_size
-    algorithm = ppo_preset(greedy_baseline_advantages(), **ppo_settings)
-    return algorithm._replace(greedy_baseline=True)
+    return ppo_preset(greedy_baseline_advantages(), **ppo_settings)

@@ -118,8 +118,7 @@ def kernel_baseline(group_size: int, bandwidth: float = 1.0, **ppo_settings) -> 
     baseline over prompt embeddings (the policy's mean prompt hidden state, computed by the
     prepare step), + PPO clip. `group_size` is unused: the baseline pools across prompts."""
     del group_size
-    algorithm = ppo_preset(chain(kernel_baseline_advantages(bandwidth)), **ppo_settings)
-    return algorithm._replace(batch_stats=("prompt_embedding",))
+    return ppo_preset(chain(kernel_baseline_advantages(bandwidth)), **ppo_settings)
 
 
 def ibpo(group_size: int, **ppo_settings) -> Algorithm:
@@ -166,7 +165,7 @@ def dgpo(
     transform = chain(
         group_advantages(group_size), deviation_gated_advantages(vocab_size, temperature)
     )
-    algorithm = ppo_preset(
+    return ppo_preset(
         transform,
         clip_eps,
         clip_eps_high,
@@ -174,7 +173,6 @@ def dgpo(
         aggregation=aggregation,
         max_len=max_len,
     )
-    return algorithm._replace(batch_stats=("old_ref_hellinger",), needs_reference=True)
 
 
 def otb(
@@ -187,8 +185,7 @@ def otb(
     the cumulative logit-gradient proxy (from the prepare step's sum of squared
     probabilities), no std normalisation, + PPO clip (`ppo_settings` as in `_ppo`)."""
     advantages = optimal_token_baseline_advantages(group_size, use_is_weight, handle_zero_tail)
-    algorithm = ppo_preset(chain(advantages), **ppo_settings)
-    return algorithm._replace(batch_stats=("old_sum_sq_prob",))
+    return ppo_preset(chain(advantages), **ppo_settings)
 
 
 def edo(
@@ -223,5 +220,4 @@ def power_distillation(
         chain(weighting),
         weighted_sft("seq-mean-token-sum"),
         "seq-mean-token-sum",
-        needs_reference=teacher == "ref",
     )

@@ -15,13 +15,33 @@ from rljax.core.batch import (
     equal_reward_fraction,
     make_batch,
 )
+from rljax.core.keys import (
+    KEYS,
+    KeyInfo,
+    algorithm_reads,
+    check_algorithm,
+    declare_objective,
+    extra,
+    register_key,
+)
 from rljax.core.objective import Objective, sum_objectives
 from rljax.core.state import TrainState, init_train_state
-from rljax.core.transform import Context, Metrics, State, Transform, chain, merge_metrics, stateless
+from rljax.core.transform import (
+    Context,
+    Metrics,
+    State,
+    Transform,
+    chain,
+    declare,
+    merge_metrics,
+    stateless,
+)
 
 __all__ = [
     "AGGREGATION_MODES",
     "Batch",
+    "KEYS",
+    "KeyInfo",
     "Context",
     "Metrics",
     "Objective",
@@ -29,6 +49,12 @@ __all__ = [
     "Transform",
     "TrainState",
     "aggregate",
+    "algorithm_reads",
+    "check_algorithm",
+    "declare",
+    "declare_objective",
+    "extra",
+    "register_key",
     "aggregation_denominator",
     "chain",
     "check_aggregation_mode",

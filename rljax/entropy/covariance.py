@@ -34,13 +34,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rljax.core.aggregation import aggregate, check_aggregation_mode, masked_mean
+from rljax.core import keys
+from rljax.core.aggregation import check_aggregation_mode, masked_mean
 from rljax.core.batch import Batch
 from rljax.core.objective import Objective
 from rljax.core.transform import Context, Transform, stateless
+from rljax.objectives.policy_gradient import PGInputs, clipped_surrogate, policy_gradient_objective
 
-# |log ratio| is clamped here before exp so padded or stale tokens cannot overflow (as ppo_clip).
-_MAX_LOG_RATIO = 20.0
 NOISE_KEY = "cov_noise"
 
 
@@ -107,7 +107,7 @@ def covariance_noise() -> Transform:
         noise = jax.random.uniform(ctx.rng, batch.completion_mask.shape, jnp.float32)
         return batch.replace(extras={**batch.extras, NOISE_KEY: noise}), {}
 
-    return stateless(fn)
+    return stateless(fn, {keys.COMPLETION_MASK}, {keys.COV_NOISE})
 
 
 def _count_table(ratio: float, n_max: int) -> jax.Array:
@@ -210,9 +210,8 @@ def clip_cov(
         )
     check_aggregation_mode(aggregation, max_len)
 
-    def objective(new_logprobs: jax.Array, new_entropy: jax.Array, batch: Batch):
-        del new_entropy
-        chex.assert_rank(new_logprobs, 2)
+    def surrogate(pg: PGInputs):
+        batch, new_logprobs = pg.batch, pg.logprobs
         chex.assert_equal_shape([new_logprobs, batch.old_logprobs, batch.advantages])
         noise = batch.extras.get(NOISE_KEY)
         if noise is None:
@@ -226,35 +225,35 @@ def clip_cov(
                 f"batch.extras[{NOISE_KEY!r}] has shape {noise.shape}, expected the completion "
                 f"shape {new_logprobs.shape}"
             )
-        adv = batch.advantages
-        log_ratio = jnp.clip(new_logprobs - batch.old_logprobs, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-        ratio = jnp.exp(log_ratio)
-        unclipped = -adv * ratio
-        clipped = -adv * jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
-        per_token = jnp.maximum(unclipped, clipped)
-
+        adv = pg.advantages
+        per_token, is_clipped = clipped_surrogate(pg.ratio, adv, eps_low, eps_high)
         valid = _valid_tokens(batch, exclude_zero_weight)
-        ppo_clipped = (clipped > unclipped) & valid
+        ppo_clipped = is_clipped & valid
         cov = token_covariance(jax.lax.stop_gradient(new_logprobs), adv, valid)
         candidate = valid & ~ppo_clipped & (cov > cov_lower) & (cov < cov_upper)
         count = _count_table(clip_ratio, valid.size)[valid.sum()]
         key = jnp.where(candidate, jax.lax.stop_gradient(noise), jnp.inf)
         detached = candidate & (_rank(key) < count)
-        per_token = jnp.where(detached, 0.0, per_token)
-        loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
 
         def mean(x):
             return masked_mean(x.astype(jnp.float32), valid)
 
         metrics = {
-            "clip_cov/loss": loss,
             "clip_cov/clip_frac": mean(ppo_clipped),
             "clip_cov/detached_frac": mean(detached),
             "clip_cov/cov_mean": mean(cov),
         }
-        return loss, metrics
+        return jnp.where(detached, 0.0, per_token), metrics
 
-    return objective
+    return policy_gradient_objective(
+        "clip_cov",
+        surrogate,
+        aggregation,
+        max_len,
+        ratio_metrics=(),
+        reads={keys.COV_NOISE},
+        name="clip_cov",
+    )
 
 
 def kl_cov(
@@ -306,30 +305,23 @@ def kl_cov(
     _check_ratio("k_ratio", k_ratio)
     check_aggregation_mode(aggregation, max_len)
 
-    def objective(new_logprobs: jax.Array, new_entropy: jax.Array, batch: Batch):
-        del new_entropy
-        chex.assert_rank(new_logprobs, 2)
-        chex.assert_equal_shape([new_logprobs, batch.old_logprobs, batch.advantages])
-        adv = batch.advantages
-        raw_log_ratio = new_logprobs - batch.old_logprobs
-        ratio = jnp.exp(jnp.clip(raw_log_ratio, -_MAX_LOG_RATIO, _MAX_LOG_RATIO))
-        abs_log_ratio = jnp.abs(raw_log_ratio)
-        pg = -adv * ratio
-
+    def surrogate(pg: PGInputs):
+        batch, new_logprobs, adv = pg.batch, pg.logprobs, pg.advantages
+        chex.assert_equal_shape([new_logprobs, batch.old_logprobs, adv])
+        # The penalty is on the raw |log ratio|; the policy-gradient term on the clamped ratio.
+        abs_log_ratio = jnp.abs(new_logprobs - batch.old_logprobs)
+        pg_term = -adv * pg.ratio
         valid = _valid_tokens(batch, exclude_zero_weight)
         cov = token_covariance(jax.lax.stop_gradient(new_logprobs), adv, valid)
         count = _count_table(k_ratio, valid.size)[valid.sum()]
         key = jnp.where(valid, -cov, jnp.inf)
         selected = valid & (_rank(key) < count)
-        per_token = jnp.where(selected, pg + kl_coef * abs_log_ratio, pg)
-        loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
-
+        per_token = jnp.where(selected, pg_term + kl_coef * abs_log_ratio, pg_term)
         metrics = {
-            "kl_cov/loss": loss,
             "kl_cov/selected_frac": masked_mean(selected.astype(jnp.float32), valid),
             "kl_cov/cov_mean": masked_mean(cov, valid),
             "kl_cov/abs_log_ratio": masked_mean(jax.lax.stop_gradient(abs_log_ratio), selected),
         }
-        return loss, metrics
+        return per_token, metrics
 
-    return objective
+    return policy_gradient_objective("kl_cov", surrogate, aggregation, max_len, ratio_metrics=())

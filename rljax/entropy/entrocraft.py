@@ -31,10 +31,18 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rljax.advantages.group import masked_stats
+from rljax.advantages.sequence import sequence_advantages
+from rljax.core import keys
 from rljax.core.aggregation import masked_mean
 from rljax.core.batch import Batch, check_sequence_rewards
-from rljax.core.transform import Context, Metrics, Transform, merge_metrics, stateless
+from rljax.core.transform import (
+    Context,
+    Metrics,
+    Transform,
+    declare_wrapper,
+    merge_metrics,
+    stateless,
+)
 
 Band = Callable[[jax.Array], tuple[jax.Array, jax.Array]]
 
@@ -158,15 +166,9 @@ def raw_reward_advantages() -> Transform:
       ValueError: at apply if rewards are not [B].
     """
 
-    def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
-        del ctx
-        check_sequence_rewards(batch.rewards, "raw_reward_advantages")
-        mask = batch.completion_mask
-        token_adv = batch.rewards[:, None] * mask.astype(jnp.float32)
-        metrics = masked_stats(token_adv, mask, "raw_reward/advantages")
-        return batch.replace(advantages=token_adv), metrics
-
-    return stateless(fn)
+    return sequence_advantages(
+        "raw_reward_advantages", lambda r, _: r, prefix="raw_reward", zero_std=False
+    )
 
 
 def entrocraft_advantages(
@@ -254,7 +256,10 @@ def entrocraft_advantages(
         }
         return batch.replace(advantages=new_adv), state, merge_metrics(inner_metrics, metrics)
 
-    return Transform(inner.init, apply)
+    reads = {keys.OLD_ENTROPY, keys.COMPLETION_MASK, keys.ADVANTAGES}
+    reads |= {keys.REWARDS} if outside == "reward" else set()
+    reads |= {keys.OLD_LOGPROBS} if selection == "covariance" else set()
+    return declare_wrapper(Transform(inner.init, apply), inner, reads, {keys.ADVANTAGES})
 
 
 def entropic_advantages(
@@ -345,7 +350,8 @@ def entropic_advantages(
         new_state = (new_integral, inner_state)
         return batch.replace(advantages=new_adv), new_state, merge_metrics(inner_metrics, metrics)
 
-    return Transform(init, apply)
+    reads = {keys.OLD_ENTROPY, keys.COMPLETION_MASK, keys.ADVANTAGES}
+    return declare_wrapper(Transform(init, apply), inner, reads, {keys.ADVANTAGES})
 
 
 def signed_rewards(threshold: float = 0.5) -> Transform:
@@ -369,4 +375,4 @@ def signed_rewards(threshold: float = 0.5) -> Transform:
         signed = jnp.where(success, 1.0, -1.0).astype(jnp.float32)
         return batch.replace(rewards=signed), {"signed_rewards/success_frac": success.mean()}
 
-    return stateless(fn)
+    return stateless(fn, {keys.REWARDS}, {keys.REWARDS})

@@ -25,12 +25,14 @@ from __future__ import annotations
 import dataclasses
 
 import chex
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rljax.advantages.group import masked_stats
+from rljax.advantages.sequence import sequence_advantages
+from rljax.core import keys
 from rljax.core.batch import Batch
-from rljax.core.transform import Context, Metrics, Transform, stateless
+from rljax.core.transform import Transform
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,8 +133,8 @@ def host_advantages(key: str = "sequence_advantage") -> Transform:
       A stateless `Transform`. Metrics "advantages/{mean,std,min,max}" over valid tokens.
     """
 
-    def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
-        del ctx
+    def fn(rewards: jax.Array, batch: Batch) -> jax.Array:
+        del rewards
         if key not in batch.extras:
             raise ValueError(
                 f"host_advantages needs batch.extras[{key!r}] ([B] advantages chosen on the "
@@ -140,8 +142,12 @@ def host_advantages(key: str = "sequence_advantage") -> Transform:
             )
         adv = batch.extras[key]
         chex.assert_shape(adv, (batch.completion_mask.shape[0],))
-        mask = batch.completion_mask
-        token_adv = adv[:, None] * mask.astype(jnp.float32)
-        return batch.replace(advantages=token_adv), masked_stats(token_adv, mask, "advantages")
+        return adv.astype(jnp.float32)
 
-    return stateless(fn)
+    return sequence_advantages(
+        "host_advantages",
+        fn,
+        zero_std=False,
+        reads={keys.extra(key)},
+        sequence_rewards=False,
+    )

@@ -4,6 +4,7 @@ import chex
 import jax.numpy as jnp
 import numpy as np
 
+from rljax.core import keys
 from rljax.core.batch import Batch, check_groups
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
@@ -107,4 +108,6 @@ def dynamic_sampling(group_size: int, reward_key: str | None = None) -> Transfor
         metrics = {"dynamic_sampling/kept_frac": kept.astype(jnp.float32).mean()}
         return batch.replace(loss_weights=weights), metrics
 
-    return stateless(fn)
+    source = keys.REWARDS if reward_key is None else keys.extra(reward_key)
+    reads = {source, keys.GROUP_ID, keys.LOSS_WEIGHTS}
+    return stateless(fn, reads, {keys.LOSS_WEIGHTS})

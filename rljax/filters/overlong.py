@@ -6,6 +6,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rljax.core import keys
 from rljax.core.batch import Batch, check_sequence_rewards
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
@@ -72,7 +73,8 @@ def overlong_filter(eos_id: int | Sequence[int]) -> Transform:
         metrics = {"overlong_filter/truncated_frac": truncated.astype(jnp.float32).mean()}
         return batch.replace(loss_weights=batch.loss_weights * keep), metrics
 
-    return stateless(fn)
+    reads = {keys.COMPLETION_TOKENS, keys.COMPLETION_MASK, keys.LOSS_WEIGHTS}
+    return stateless(fn, reads, {keys.LOSS_WEIGHTS})
 
 
 def soft_overlong_penalty(
@@ -163,4 +165,4 @@ def overlong_punishment(
         rewards = batch.rewards + penalty.astype(batch.rewards.dtype)
         return batch.replace(rewards=rewards), metrics
 
-    return stateless(fn)
+    return stateless(fn, {keys.REWARDS, keys.COMPLETION_MASK}, {keys.REWARDS})

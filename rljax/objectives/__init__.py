@@ -6,12 +6,26 @@ from rljax.objectives.gpg import gpg, valid_group_scale, valid_group_scaling
 from rljax.objectives.gspo import gspo, gspo_token, sequence_log_ratio
 from rljax.objectives.kl import KL_ESTIMATORS, kl_loss, kl_penalty, kl_reward_penalty
 from rljax.objectives.mu_grpo import mu_grpo, negative_advantage_veto
+from rljax.objectives.policy_gradient import (
+    PGInputs,
+    clipped_is_reinforce,
+    clipped_surrogate,
+    dual_clip,
+    policy_gradient_objective,
+    reinforce,
+)
 from rljax.objectives.power_distillation import power_weighting, power_weights, weighted_sft
 from rljax.objectives.segment_po import segment_ids, segment_po
 from rljax.objectives.surrogate import ppo_clip
 from rljax.objectives.value import ValueLoss, clipped_value_loss
 
 __all__ = [
+    "PGInputs",
+    "clipped_is_reinforce",
+    "clipped_surrogate",
+    "dual_clip",
+    "policy_gradient_objective",
+    "reinforce",
     "KL_ESTIMATORS",
     "ValueLoss",
     "cispo",

@@ -1,16 +1,12 @@
 """CISPO: REINFORCE weighted by a clipped, stop-gradient importance ratio."""
 
-import chex
-import jax
-import jax.numpy as jnp
-
-from rljax.core.aggregation import aggregate, check_aggregation_mode
-from rljax.core.batch import Batch
+from rljax.core.aggregation import check_aggregation_mode
 from rljax.core.objective import Objective
-from rljax.objectives.importance import apply_is_weight
-
-# |log ratio| is clamped here before exp so padded or stale tokens cannot overflow (as verl does).
-_MAX_LOG_RATIO = 20.0
+from rljax.objectives.policy_gradient import (
+    PGInputs,
+    clipped_is_reinforce,
+    policy_gradient_objective,
+)
 
 
 def cispo(
@@ -69,36 +65,12 @@ def cispo(
     low = None if eps_low is None else 1.0 - eps_low
     high = 1.0 + eps_high
 
-    def objective(new_logprobs: jax.Array, new_entropy: jax.Array, batch: Batch):
-        del new_entropy
-        chex.assert_rank(new_logprobs, 2)
-        chex.assert_equal_shape([new_logprobs, batch.old_logprobs, batch.advantages])
-        log_ratio = jnp.clip(new_logprobs - batch.old_logprobs, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-        ratio = jnp.exp(log_ratio)
-        weight = jax.lax.stop_gradient(jnp.clip(ratio, low, high))
-        per_token = -weight * batch.advantages * new_logprobs
-        per_token = apply_is_weight(per_token, batch)
-        loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
-        valid = batch.completion_mask.astype(jnp.float32)
-
-        def mean(x):
-            return aggregate(x.astype(jnp.float32), valid, "token-mean")
-
-        clipped = ratio > high
+    def surrogate(pg: PGInputs):
+        per_token, weight = clipped_is_reinforce(pg.logprobs, pg.ratio, pg.advantages, low, high)
+        clipped = pg.ratio > high
         if low is not None:
-            clipped = clipped | (ratio < low)
-        metrics = {
-            "cispo/loss": loss,
-            "cispo/clip_frac": mean(clipped),
-            "cispo/weight_mean": mean(weight),
-            "cispo/ratio_mean": mean(ratio),
-            "cispo/ratio_max": jnp.where(
-                batch.completion_mask.any(),
-                jnp.where(batch.completion_mask, ratio, -jnp.inf).max(),
-                0.0,
-            ),
-            "cispo/approx_kl": mean(ratio - 1.0 - log_ratio),
-        }
-        return loss, metrics
+            clipped = clipped | (pg.ratio < low)
+        metrics = {"cispo/clip_frac": pg.mean(clipped), "cispo/weight_mean": pg.mean(weight)}
+        return per_token, metrics
 
-    return objective
+    return policy_gradient_objective("cispo", surrogate, aggregation, max_len)

@@ -3,8 +3,10 @@
 import jax
 import jax.numpy as jnp
 
+from rljax.core import keys
 from rljax.core.aggregation import aggregate, check_aggregation_mode
 from rljax.core.batch import Batch
+from rljax.core.keys import declare_objective
 from rljax.core.objective import Objective
 
 
@@ -35,4 +37,4 @@ def entropy_bonus(
         mean = aggregate(new_entropy, batch.completion_mask.astype(jnp.float32), "token-mean")
         return loss, {"entropy/loss": loss, "entropy/mean": mean}
 
-    return objective
+    return declare_objective(objective, {keys.LOSS_WEIGHTS, keys.COMPLETION_MASK})

@@ -1,14 +1,18 @@
 """GPG: the plain policy-gradient loss -A * log pi, with no ratio and no clip."""
 
-import chex
 import jax
 import jax.numpy as jnp
 
-from rljax.core.aggregation import aggregate, check_aggregation_mode
+from rljax.core import keys
+from rljax.core.aggregation import check_aggregation_mode
 from rljax.core.batch import Batch, check_groups
 from rljax.core.objective import Objective
 from rljax.core.transform import Context, Metrics, Transform, stateless
-from rljax.objectives.importance import apply_is_weight
+from rljax.objectives.policy_gradient import (
+    PGInputs,
+    policy_gradient_objective,
+    reinforce,
+)
 
 
 def valid_group_scale(rewards: jax.Array, group_size: int) -> jax.Array:
@@ -91,7 +95,8 @@ def valid_group_scaling(group_size: int) -> Transform:
         advantages = batch.advantages * alpha.astype(batch.advantages.dtype)
         return batch.replace(advantages=advantages), {"gpg/valid_group_scale": alpha}
 
-    return stateless(fn)
+    reads = {keys.GROUP_ID, keys.REWARDS, keys.ADVANTAGES}
+    return stateless(fn, reads, {keys.ADVANTAGES})
 
 
 def gpg(aggregation: str = "token-mean", max_len: int | None = None) -> Objective:
@@ -127,19 +132,10 @@ def gpg(aggregation: str = "token-mean", max_len: int | None = None) -> Objectiv
     """
     check_aggregation_mode(aggregation, max_len)
 
-    def objective(new_logprobs: jax.Array, new_entropy: jax.Array, batch: Batch):
-        del new_entropy
-        chex.assert_rank(new_logprobs, 2)
-        chex.assert_equal_shape([new_logprobs, batch.advantages, batch.loss_weights])
-        per_token = -batch.advantages * new_logprobs
-        per_token = apply_is_weight(per_token, batch)
-        loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
-        metrics = {
-            "gpg/loss": loss,
-            "gpg/logprob_mean": aggregate(
-                new_logprobs, batch.completion_mask.astype(jnp.float32), "token-mean"
-            ),
-        }
-        return loss, metrics
+    def surrogate(pg: PGInputs):
+        per_token = reinforce(pg.logprobs, pg.advantages)
+        return per_token, {"gpg/logprob_mean": pg.mean(pg.logprobs)}
 
-    return objective
+    return policy_gradient_objective(
+        "gpg", surrogate, aggregation, max_len, ratio=False, ratio_metrics=()
+    )

@@ -4,10 +4,9 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rljax.core.aggregation import aggregate, check_aggregation_mode
-from rljax.core.batch import Batch
+from rljax.core.aggregation import check_aggregation_mode
 from rljax.core.objective import Objective
-from rljax.objectives.importance import apply_is_weight
+from rljax.objectives.policy_gradient import PGInputs, clipped_surrogate, policy_gradient_objective
 
 # |log ratio| is clamped here before exp so padded or stale tokens cannot overflow (as verl does).
 _MAX_LOG_RATIO = 20.0
@@ -62,8 +61,8 @@ def _gspo(
     check_aggregation_mode(aggregation, max_len)
     prefix = "gspo_token" if token_level else "gspo"
 
-    def objective(new_logprobs: jax.Array, new_entropy: jax.Array, batch: Batch):
-        del new_entropy
+    def surrogate(pg: PGInputs):
+        batch, new_logprobs = pg.batch, pg.logprobs
         mask = batch.completion_mask
         chex.assert_equal_shape([new_logprobs, batch.old_logprobs, mask, batch.advantages])
         seq_log_ratio = sequence_log_ratio(new_logprobs, batch.old_logprobs, mask)  # [B]
@@ -80,36 +79,21 @@ def _gspo(
         else:
             ratio = seq_ratio  # [B]
             adv = _masked_row_mean(batch.advantages, mask)  # [B]: the sequence advantage
-        unclipped = -adv * ratio
-        clipped = -adv * jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
-        loss_terms = jnp.maximum(unclipped, clipped)
-        is_clipped = clipped > unclipped
+        loss_terms, is_clipped = clipped_surrogate(ratio, adv, eps_low, eps_high)
         if token_level:
             per_token = loss_terms
         else:
             # The per-sequence loss, repeated on every token of its row.
             per_token = jnp.broadcast_to(loss_terms[:, None], mask.shape)
-        per_token = apply_is_weight(per_token, batch)
-        loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
 
-        valid = mask.astype(jnp.float32)
         has_token = mask.any(axis=1)
         n_seq = jnp.maximum(has_token.sum(), 1).astype(jnp.float32)
 
         def seq_mean(x):
             return jnp.where(has_token, x.astype(jnp.float32), 0.0).sum() / n_seq
 
-        if token_level:
-            clip_frac = aggregate(is_clipped.astype(jnp.float32), valid, "token-mean")
-        else:
-            clip_frac = seq_mean(is_clipped)
-        token_log_ratio = jnp.clip(
-            new_logprobs - batch.old_logprobs, -_MAX_LOG_RATIO, _MAX_LOG_RATIO
-        )
-        token_ratio = jnp.exp(token_log_ratio)
         metrics = {
-            f"{prefix}/loss": loss,
-            f"{prefix}/clip_frac": clip_frac,
+            f"{prefix}/clip_frac": pg.mean(is_clipped) if token_level else seq_mean(is_clipped),
             f"{prefix}/ratio_mean": seq_mean(seq_ratio),
             f"{prefix}/ratio_max": jnp.where(
                 has_token.any(), jnp.where(has_token, seq_ratio, -jnp.inf).max(), 0.0
@@ -117,13 +101,13 @@ def _gspo(
             f"{prefix}/ratio_min": jnp.where(
                 has_token.any(), jnp.where(has_token, seq_ratio, jnp.inf).min(), 0.0
             ),
-            f"{prefix}/approx_kl": aggregate(
-                token_ratio - 1.0 - token_log_ratio, valid, "token-mean"
-            ),
         }
-        return loss, metrics
+        return per_token, metrics
 
-    return objective
+    # The token-level ratio only gives the standard approx_kl; the sequence ratios are above.
+    return policy_gradient_objective(
+        prefix, surrogate, aggregation, max_len, ratio_metrics=("approx_kl",)
+    )
 
 
 def gspo(

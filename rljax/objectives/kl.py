@@ -3,8 +3,10 @@
 import jax
 import jax.numpy as jnp
 
+from rljax.core import keys
 from rljax.core.aggregation import aggregate, check_aggregation_mode
 from rljax.core.batch import Batch, check_sequence_rewards
+from rljax.core.keys import declare_objective
 from rljax.core.objective import Objective
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
@@ -108,7 +110,8 @@ def kl_loss(
         kl_mean = aggregate(kl, batch.completion_mask.astype(jnp.float32), "token-mean")
         return loss, {"kl/loss": loss, "kl/mean": kl_mean}
 
-    return objective
+    reads = {keys.REF_LOGPROBS, keys.LOSS_WEIGHTS, keys.COMPLETION_MASK}
+    return declare_objective(objective, reads)
 
 
 def kl_reward_penalty(coef: float, estimator: str = "k1") -> Transform:
@@ -141,4 +144,5 @@ def kl_reward_penalty(coef: float, estimator: str = "k1") -> Transform:
         metrics = {"kl_reward/kl": seq_kl.mean(), "kl_reward/penalty": penalty.mean()}
         return batch.replace(rewards=batch.rewards - penalty), metrics
 
-    return stateless(fn)
+    reads = {keys.REWARDS, keys.OLD_LOGPROBS, keys.REF_LOGPROBS, keys.COMPLETION_MASK}
+    return stateless(fn, reads, {keys.REWARDS})

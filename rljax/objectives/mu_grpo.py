@@ -6,13 +6,13 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rljax.core.aggregation import aggregate, check_aggregation_mode
-from rljax.core.batch import Batch
+from rljax.core.aggregation import check_aggregation_mode
 from rljax.core.objective import Objective
-from rljax.objectives.importance import apply_is_weight
-
-# |log ratio| is clamped here before exp so padded or stale tokens cannot overflow (as verl does).
-_MAX_LOG_RATIO = 20.0
+from rljax.objectives.policy_gradient import (
+    PGInputs,
+    clipped_surrogate,
+    policy_gradient_objective,
+)
 
 
 def _masked_row_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
@@ -116,37 +116,23 @@ def mu_grpo(
         raise ValueError(f"veto_delta={veto_delta} must be >= 0 (a threshold on |log ratio|)")
     check_aggregation_mode(aggregation, max_len)
 
-    def objective(new_logprobs: jax.Array, new_entropy: jax.Array, batch: Batch):
-        del new_entropy
-        mask = batch.completion_mask
-        chex.assert_rank(new_logprobs, 2)
-        chex.assert_equal_shape([new_logprobs, batch.old_logprobs, batch.advantages, mask])
-        adv = batch.advantages
-        log_ratio = jnp.clip(new_logprobs - batch.old_logprobs, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-        ratio = jnp.exp(log_ratio)
-        keep = negative_advantage_veto(jax.lax.stop_gradient(log_ratio), adv, mask, delta)
-        unclipped = -adv * ratio
-        clipped = -adv * jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
-        per_token = jnp.where(keep, jnp.maximum(unclipped, clipped), 0.0)
-        per_token = apply_is_weight(per_token, batch)
-        loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
-
-        valid = mask.astype(jnp.float32)
-
-        def mean(x):
-            return aggregate(x.astype(jnp.float32), valid, "token-mean")
-
+    def surrogate(pg: PGInputs):
+        mask = pg.batch.completion_mask
+        chex.assert_equal_shape([pg.logprobs, pg.batch.old_logprobs, pg.advantages, mask])
+        keep = negative_advantage_veto(
+            jax.lax.stop_gradient(pg.log_ratio), pg.advantages, mask, delta
+        )
+        loss, is_clipped = clipped_surrogate(pg.ratio, pg.advantages, eps_low, eps_high)
         vetoed = mask & ~keep  # [B, T]
         has_token = mask.any(axis=1)  # [B]
         n_rows = jnp.maximum(has_token.sum(), 1).astype(jnp.float32)
         metrics = {
-            "mu_grpo/loss": loss,
-            "mu_grpo/clip_frac": mean(keep & (clipped > unclipped)),
-            "mu_grpo/veto_frac": mean(vetoed),
+            "mu_grpo/clip_frac": pg.mean(keep & is_clipped),
+            "mu_grpo/veto_frac": pg.mean(vetoed),
             "mu_grpo/veto_row_frac": vetoed.any(axis=1).sum().astype(jnp.float32) / n_rows,
-            "mu_grpo/ratio_mean": mean(ratio),
-            "mu_grpo/approx_kl": mean(ratio - 1.0 - log_ratio),
         }
-        return loss, metrics
+        return jnp.where(keep, loss, 0.0), metrics
 
-    return objective
+    return policy_gradient_objective(
+        "mu_grpo", surrogate, aggregation, max_len, ratio_metrics=("ratio_mean", "approx_kl")
+    )

@@ -4,8 +4,10 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rljax.core import keys
 from rljax.core.aggregation import aggregate, check_aggregation_mode
 from rljax.core.batch import Batch, check_groups
+from rljax.core.keys import declare_objective
 from rljax.core.objective import Objective
 from rljax.core.transform import Context, Metrics, Transform, stateless
 from rljax.objectives.importance import apply_is_weight
@@ -180,7 +182,10 @@ def power_weighting(
         }
         return batch.replace(loss_weights=new_lw), metrics
 
-    return stateless(fn)
+    teacher_key = keys.REF_LOGPROBS if teacher == "ref" else keys.OLD_LOGPROBS
+    proposal_key = keys.OLD_LOGPROBS if proposal == "old" else keys.ROLLOUT_LOGPROBS
+    reads = {keys.COMPLETION_MASK, keys.LOSS_WEIGHTS, keys.GROUP_ID, teacher_key, proposal_key}
+    return stateless(fn, reads, {keys.LOSS_WEIGHTS})
 
 
 def weighted_sft(aggregation: str = "seq-mean-token-sum", max_len: int | None = None) -> Objective:
@@ -216,4 +221,4 @@ def weighted_sft(aggregation: str = "seq-mean-token-sum", max_len: int | None = 
         loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
         return loss, {"power/loss": loss}
 
-    return objective
+    return declare_objective(objective, {keys.LOSS_WEIGHTS}, keys.PG_OPTIONAL)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from rljax.core.aggregation import aggregate, check_aggregation_mode
 from rljax.core.batch import Batch
+from rljax.core.keys import COMPLETION_TOKENS, PG_OPTIONAL, PG_READS, declare_objective
 from rljax.core.objective import Objective
 from rljax.objectives.importance import apply_is_weight
 
@@ -166,4 +167,4 @@ def segment_po(
         }
         return loss, metrics
 
-    return objective
+    return declare_objective(objective, PG_READS | {COMPLETION_TOKENS}, PG_OPTIONAL)

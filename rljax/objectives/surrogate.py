@@ -1,15 +1,13 @@
 """PPO clipped surrogate objective, with asymmetric and dual clipping."""
 
-import jax
-import jax.numpy as jnp
-
-from rljax.core.aggregation import aggregate, check_aggregation_mode
-from rljax.core.batch import Batch
+from rljax.core.aggregation import check_aggregation_mode
 from rljax.core.objective import Objective
-from rljax.objectives.importance import apply_is_weight
-
-# |log ratio| is clamped here before exp so padded or stale tokens cannot overflow (as verl does).
-_MAX_LOG_RATIO = 20.0
+from rljax.objectives.policy_gradient import (
+    PGInputs,
+    clipped_surrogate,
+    dual_clip,
+    policy_gradient_objective,
+)
 
 
 def ppo_clip(
@@ -64,37 +62,15 @@ def ppo_clip(
         raise ValueError(f"dual_clip_c={dual_clip_c} must be > 1 (Ye et al. 2020), or None")
     check_aggregation_mode(aggregation, max_len)
 
-    def objective(new_logprobs: jax.Array, new_entropy: jax.Array, batch: Batch):
-        del new_entropy
-        adv = batch.advantages
-        log_ratio = jnp.clip(new_logprobs - batch.old_logprobs, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-        ratio = jnp.exp(log_ratio)
-        scale = batch.extras.get("clip_scale")
-        scale = 1.0 if scale is None else scale[:, None]
-        unclipped = -adv * ratio
-        clipped = -adv * jnp.clip(ratio, 1.0 - eps_low * scale, 1.0 + eps_high * scale)
-        per_token = jnp.maximum(unclipped, clipped)
-        valid = batch.completion_mask.astype(jnp.float32)
-
-        def mean(x):
-            return aggregate(x.astype(jnp.float32), valid, "token-mean")
-
-        metrics = {"pg/clip_frac": mean(clipped > unclipped)}
+    def surrogate(pg: PGInputs):
+        eps = (eps_low * pg.clip_scale, eps_high * pg.clip_scale)
+        per_token, is_clipped = clipped_surrogate(pg.ratio, pg.advantages, *eps)
+        metrics = {"pg/clip_frac": pg.mean(is_clipped)}
         if dual_clip_c is not None:
-            bound = -dual_clip_c * adv
-            dual_active = (adv < 0) & (per_token > bound)
-            per_token = jnp.where(dual_active, bound, per_token)
-            metrics["pg/dual_clip_frac"] = mean(dual_active)
-        per_token = apply_is_weight(per_token, batch)
-        loss = aggregate(per_token, batch.loss_weights, aggregation, max_len)
-        metrics["pg/loss"] = loss
-        metrics["pg/ratio_mean"] = mean(ratio)
-        metrics["pg/ratio_max"] = jnp.where(
-            batch.completion_mask.any(),
-            jnp.where(batch.completion_mask, ratio, -jnp.inf).max(),
-            0.0,
-        )
-        metrics["pg/approx_kl"] = mean(ratio - 1.0 - log_ratio)
-        return loss, metrics
+            per_token, active = dual_clip(per_token, pg.advantages, dual_clip_c)
+            metrics["pg/dual_clip_frac"] = pg.mean(active)
+        return per_token, metrics
 
-    return objective
+    return policy_gradient_objective(
+        "pg", surrogate, aggregation, max_len, clip_scale=True, name="ppo_clip"
+    )

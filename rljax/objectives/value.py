@@ -8,6 +8,7 @@ import jax.numpy as jnp
 
 from rljax.core.aggregation import aggregate, check_aggregation_mode
 from rljax.core.batch import Batch
+from rljax.core.keys import COMPLETION_MASK, LOSS_WEIGHTS, OLD_VALUES, RETURNS, declare_objective
 from rljax.core.transform import Metrics
 
 # (new_values [B, T], batch) -> (scalar loss, metrics).
@@ -70,4 +71,4 @@ def clipped_value_loss(
         metrics["value/loss"] = value_loss
         return value_loss, metrics
 
-    return loss
+    return declare_objective(loss, {RETURNS, OLD_VALUES, COMPLETION_MASK, LOSS_WEIGHTS})

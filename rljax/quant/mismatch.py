@@ -31,6 +31,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rljax.core import keys
 from rljax.core.aggregation import masked_mean, safe_div
 from rljax.core.batch import Batch
 from rljax.core.transform import Context, Metrics, Transform, stateless
@@ -41,6 +42,10 @@ SEQUENCE_RATIOS = ("product", "geometric")
 
 # The log of every ratio (token or sequence) is clamped to [-20, 20] before exp.
 _MAX_LOG_RATIO = 20.0
+
+
+# The keys a sampler-vs-trainer ratio is computed from.
+_RATIO_READS = frozenset({keys.OLD_LOGPROBS, keys.ROLLOUT_LOGPROBS, keys.COMPLETION_MASK})
 
 
 def token_log_ratio(batch: Batch) -> jax.Array:
@@ -210,7 +215,7 @@ def truncated_is(
         }
         return _set_is_weight(batch, weight), metrics
 
-    return stateless(fn)
+    return stateless(fn, _RATIO_READS, {keys.IS_WEIGHT}, {keys.IS_WEIGHT})
 
 
 def masked_is(
@@ -257,7 +262,7 @@ def masked_is(
         loss_weights = jnp.where(out, 0.0, batch.loss_weights).astype(batch.loss_weights.dtype)
         return batch.replace(loss_weights=loss_weights), metrics
 
-    return stateless(fn)
+    return stateless(fn, _RATIO_READS | {keys.LOSS_WEIGHTS}, {keys.LOSS_WEIGHTS})
 
 
 def ais_lambda(
@@ -352,4 +357,4 @@ def adaptive_is(cap: float = 2.0, d0: float = 0.01, fixed_lambda: float | None =
         weight = (1.0 - lam) + lam * jnp.minimum(jnp.exp(log_ratio), cap)
         return _set_is_weight(batch, weight), metrics
 
-    return stateless(fn)
+    return stateless(fn, _RATIO_READS | {keys.ADVANTAGES}, {keys.IS_WEIGHT}, {keys.IS_WEIGHT})

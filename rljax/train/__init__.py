@@ -16,10 +16,13 @@ from rljax.train.logprobs import (
 )
 from rljax.train.loop import train
 from rljax.train.sft import make_sft_step, run_sft
+from rljax.train.statistics import StatisticInputs, register_token_statistic
 from rljax.train.steps import BATCH_STATS, RolloutConfig, Steps, UpdateConfig, make_steps
 
 __all__ = [
     "BATCH_STATS",
+    "StatisticInputs",
+    "register_token_statistic",
     "build_train_state",
     "Collection",
     "Collector",

@@ -22,6 +22,7 @@ from ml_collections import ConfigDict
 
 from rljax import algorithms
 from rljax.config.schema import SCHEMA
+from rljax.core.keys import check_algorithm
 from rljax.core.state import TrainState, init_train_state
 from rljax.core.transform import Transform, chain
 from rljax.data.samplers.dare import DARESettings
@@ -276,7 +277,9 @@ def build_algorithm(config: ConfigDict, vocab_size: int | None = None) -> algori
     """The `algorithm.name` preset with the `algorithm.*` settings; group size = n_samples.
 
     Presets that take a `vocab_size` (DGPO's entropy gate) get the policy's; presets that take
-    `total_steps` (Entrocraft's schedules) get `train.steps`.
+    `total_steps` (Entrocraft's schedules) get `train.steps`. The result's declared keys are
+    checked (`rljax.core.keys.check_algorithm`): a key read that nothing produces, or an extras
+    key written that nothing reads (GPRL's clip scale under CISPO), is a ValueError.
     """
     a = config.algorithm
     kwargs: dict[str, Any] = {k: v for k, v in a.items() if k != "name"}
@@ -294,6 +297,7 @@ def build_algorithm(config: ConfigDict, vocab_size: int | None = None) -> algori
     correction = build_rollout_correction(config)
     if correction is not None:  # after the advantages: AIS reads them
         algorithm = algorithm._replace(transform=chain(algorithm.transform, correction))
+    check_algorithm(algorithm)
     return algorithm
 
 
@@ -444,13 +448,13 @@ def build_train_state(
 ) -> tuple[TrainState, nnx.GraphDef | None]:
     """A fresh TrainState for `algorithm`, and the critic's trunk graph (None if it has none).
 
-    A reference policy is kept when the algorithm has a KL term (`algorithm.kl_coef > 0`) or
-    asks for one (`Algorithm.needs_reference`, e.g. DGPO). An algorithm with a value loss gets a
-    critic: a value head on the policy, or with `critic.separate` a head on a separate copy of
-    the initial policy (built from `model.checkpoint` again).
+    A reference policy is kept when anything in the algorithm reads the reference's log-probs
+    or a statistic of the reference (`Algorithm.needs_reference`: a KL term, DGPO's deviation,
+    a distilled reference), whatever the config calls the coefficient. An algorithm with a
+    value loss gets a critic: a value head on the policy, or with `critic.separate` a head on a
+    separate copy of the initial policy (built from `model.checkpoint` again).
     """
-    # algorithm is an open section: kl_coef is a setting of the presets that have a KL term.
-    keep_reference = config.algorithm.get("kl_coef", 0) > 0 or algorithm.needs_reference
+    keep_reference = algorithm.needs_reference
     critic, trunk_graphdef = None, None
     if algorithm.value_loss is not None:
         trunk = None

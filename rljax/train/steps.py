@@ -27,6 +27,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from rljax.algorithms import Algorithm
 from rljax.core.aggregation import aggregation_denominator, masked_mean
 from rljax.core.batch import Batch
+from rljax.core.keys import check_algorithm
 from rljax.core.state import TrainState
 from rljax.core.transform import Context, Metrics
 from rljax.entropy.covariance import logprob_advantage_covariance
@@ -39,21 +40,18 @@ from rljax.rollout.sampler import Rollout, generate
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.critic import critic_values
 from rljax.train.guard import all_finite, first_nonfinite, named_tensors
-from rljax.train.logprobs import PolicyStates, policy_states, token_hellinger, token_stats
+from rljax.train.logprobs import PolicyStates, policy_states, token_stats
 from rljax.train.packing import pack_plan
+from rljax.train.statistics import TOKEN_STATISTICS, StatisticInputs, compute_statistics
 
 _ROLLOUT, _PREPARE, _UPDATE = 0, 1, 2
 # batch.extras key of an MoE rollout's expert choices [B, P + T, n_layers, k] (`Rollout.routes`).
 ROUTES_KEY = "routes"
 _AQN_SALT = 0x51
 
-# Per-token statistics of the pre-update policy that an algorithm may ask prepare to put in
-# `batch.extras` (`Algorithm.batch_stats`); "old_entropy" is always there.
-BATCH_STATS = {
-    "old_sum_sq_prob": "[B, T] sum_v pi_old(v | s_t)^2 (optimal token baseline)",
-    "old_ref_hellinger": "[B, T] 1 - sum_v sqrt(pi_old pi_ref) (DGPO; needs a reference policy)",
-    "prompt_embedding": "[B, D] mean final hidden state over the prompt tokens (kernel baseline)",
-}
+# Per-token statistics of the pre-update policy that prepare puts in `batch.extras` when the
+# algorithm reads them: the open registry of `rljax.train.statistics` (name -> description).
+BATCH_STATS = TOKEN_STATISTICS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,14 +145,20 @@ def make_steps(
         the critic is a separate network; None for a value head on the policy.
 
     Raises:
-      ValueError: for an unknown name in `algorithm.batch_stats`.
+      ValueError: for an algorithm whose declared keys do not fit together
+        (`rljax.core.keys.check_algorithm`), or a statistic it reads that is not registered
+        (`rljax.train.statistics.register_token_statistic`).
     """
+    check_algorithm(algorithm)
     cfg = update_config
     chunk = cfg.vocab_chunk
-    unknown = sorted(set(algorithm.batch_stats) - set(BATCH_STATS))
+    wanted = algorithm.batch_stats
+    needs_reference = algorithm.needs_reference
+    unknown = sorted(set(wanted) - set(TOKEN_STATISTICS))
     if unknown:
         raise ValueError(
-            f"algorithm asks for unknown batch statistics {unknown}; known: {sorted(BATCH_STATS)}"
+            f"algorithm reads unknown batch statistics {unknown}; known: "
+            f"{sorted(TOKEN_STATISTICS)} (register_token_statistic adds one)"
         )
 
     def pack_rows(rows: int) -> int:
@@ -210,31 +214,22 @@ def make_steps(
 
     def prepare(state: TrainState, batch: Batch):
         mask = batch.completion_mask
-        wanted = set(algorithm.batch_stats)
         old = states(state.params, batch)
         old_stats = stats(old, batch)
         old_logprobs, old_entropy = old_stats.logprobs, old_stats.entropy
         extras = {**batch.extras, "old_entropy": old_entropy}
-        ref_logprobs = old_logprobs
+        ref_logprobs, ref = old_logprobs, None
+        if needs_reference and state.ref_params is None:
+            raise ValueError(
+                "the algorithm reads ref_logprobs (or a statistic of the reference) but the "
+                "train state has no reference policy; build it with "
+                "init_train_state(..., keep_reference=True) (builders.build_train_state does)"
+            )
         if state.ref_params is not None:
             ref = states(state.ref_params, batch)
             ref_logprobs = stats(ref, batch).logprobs
-            if "old_ref_hellinger" in wanted:
-                d = token_hellinger(
-                    old.completion_hidden, old.head, ref.completion_hidden, ref.head, chunk
-                )
-                extras["old_ref_hellinger"] = jnp.where(mask, d, 0.0)
-        elif "old_ref_hellinger" in wanted:
-            raise ValueError(
-                "the algorithm needs old_ref_hellinger but the train state has no reference "
-                "policy; build it with init_train_state(..., keep_reference=True)"
-            )
-        if "old_sum_sq_prob" in wanted:
-            extras["old_sum_sq_prob"] = old_stats.sum_sq_prob
-        if "prompt_embedding" in wanted:
-            pm = batch.prompt_mask.astype(jnp.float32)[..., None]
-            hidden = old.prompt_hidden.astype(jnp.float32)
-            extras["prompt_embedding"] = (hidden * pm).sum(1) / jnp.maximum(pm.sum(1), 1.0)
+        inputs = StatisticInputs(batch, old, old_stats, ref, chunk)
+        extras.update(compute_statistics(wanted, inputs))
         if algorithm.value_loss is not None:
             if state.critic is None:
                 raise ValueError(

@@ -12,7 +12,9 @@ from flax import nnx
 
 from rljax.algorithms import grpo
 from rljax.core.batch import make_batch
+from rljax.core.keys import extra
 from rljax.core.state import init_train_state
+from rljax.core.transform import chain, stateless
 from rljax.models.config import TransformerConfig
 from rljax.models.transformer import create_model, forward, positions_from_mask
 from rljax.quant.rollout import RolloutWeights
@@ -146,12 +148,19 @@ def test_rollout_randomness_comes_from_state_and_step(setup):
     assert not np.array_equal(a, c)
 
 
+def reading(algorithm, *names):
+    """`algorithm` with one more transform that reads the extras `names` (and changes nothing):
+    the prepare step computes the statistics among them."""
+    reader = stateless(lambda batch, ctx: (batch, {}), reads={extra(n) for n in names}, writes=())
+    return algorithm._replace(transform=chain(algorithm.transform, reader))
+
+
 def test_prepare_computes_the_requested_batch_stats(setup):
     graphdef, params, prompts, mask = setup
     base = grpo(group_size=ROLLOUT.n_samples)
-    algorithm = base._replace(
-        batch_stats=("old_sum_sq_prob", "old_ref_hellinger", "prompt_embedding")
-    )
+    algorithm = reading(base, "old_sum_sq_prob", "old_ref_hellinger", "prompt_embedding")
+    assert algorithm.batch_stats == ("old_ref_hellinger", "old_sum_sq_prob", "prompt_embedding")
+    assert algorithm.needs_reference and not base.needs_reference
     optimizer = optax.sgd(1.0)
     state = init_train_state(
         params, optimizer, algorithm.transform, jax.random.PRNGKey(0), keep_reference=True
@@ -190,9 +199,9 @@ def test_prepare_computes_the_requested_batch_stats(setup):
 def test_unknown_batch_stat_and_missing_reference_raise(setup):
     graphdef, params, prompts, mask = setup
     algorithm = grpo(group_size=ROLLOUT.n_samples)
-    with pytest.raises(ValueError, match="unknown batch statistics"):
-        make_steps(graphdef, optax.sgd(1.0), algorithm._replace(batch_stats=("x",)), ROLLOUT)
-    algorithm = algorithm._replace(batch_stats=("old_ref_hellinger",))
+    with pytest.raises(ValueError, match="extras.x"):
+        make_steps(graphdef, optax.sgd(1.0), reading(algorithm, "x"), ROLLOUT)
+    algorithm = reading(algorithm, "old_ref_hellinger")
     state = init_train_state(params, optax.sgd(1.0), algorithm.transform, jax.random.PRNGKey(0))
     steps = make_steps(graphdef, optax.sgd(1.0), algorithm, ROLLOUT)
     with pytest.raises(ValueError, match="no reference"):
