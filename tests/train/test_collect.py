@@ -168,7 +168,7 @@ def test_negative_rounds_rejected():
 
 def test_scorer_from_config_runs_the_reward_on_a_pool_with_a_hard_timeout():
     config = get_config()
-    config.reward.update(workers=2, kind="process", timeout_s=0.5)
+    config.reward.update(workers=2, kind="process", timeout_s=3.0)  # far below the 60 s hang
     scorer = build_scorer(config)
     batches = [[0, 1, 2]]
     bind, _ = fake_rollout(lambda i, j, a: j == 0)
