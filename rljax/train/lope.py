@@ -29,20 +29,12 @@ from rljax.models.tokenizer import Tokenizer
 from rljax.rewards import score_completions
 from rljax.rollout.rescore import LogprobsFn, rescore
 from rljax.rollout.sampler import Rollout
+from rljax.train.host_batch import SAMPLE_FIELDS
 from rljax.train.scoring import Scorer, score_rollout
 from rljax.train.uec import bucket_size
 
 # Offsets the perturbed rollouts' randomness from the step's own draws (`attempt` salts keys).
 _SALT = 1 << 16
-# Fields of one sample in the collector's per-group rows.
-_SAMPLE_FIELDS = (
-    "prompt_tokens",
-    "prompt_mask",
-    "completion_tokens",
-    "completion_mask",
-    "rollout_logprobs",
-    "rewards",
-)
 
 
 class LoPERescue:
@@ -135,7 +127,7 @@ class LoPERescue:
         metrics["perturbed_samples"] = 0.0
         if len(failed) == 0:
             return {f"lope/{k}": v for k, v in metrics.items()}
-        for f in _SAMPLE_FIELDS:  # writable copies (arrays from device buffers are read-only)
+        for f in SAMPLE_FIELDS:  # writable copies (arrays from device buffers are read-only)
             groups[f] = np.array(groups[f])
         rng = np.random.default_rng((self.seed, step, attempt))
         made = [
@@ -177,13 +169,13 @@ class LoPERescue:
         replaced_rows = []
         for k, i in enumerate(failed):
             mine = {f: v[k * per_prompt : (k + 1) * per_prompt] for f, v in perturbed.items()}
-            merged = merge({f: groups[f][i] for f in _SAMPLE_FIELDS}, mine, rng)
-            for f in _SAMPLE_FIELDS:
+            merged = merge({f: groups[f][i] for f in SAMPLE_FIELDS}, mine, rng)
+            for f in SAMPLE_FIELDS:
                 groups[f][i] = merged.rows[f]
             replaced_rows += [(i, j) for j in np.flatnonzero(merged.replaced)]
         if replaced_rows:
             who = tuple(np.asarray(replaced_rows).T)
-            rows = {f: groups[f][who] for f in _SAMPLE_FIELDS}
+            rows = {f: groups[f][who] for f in SAMPLE_FIELDS}
             fresh = rescore(logprobs, rows, n * g)
             groups["rollout_logprobs"][who] = fresh.astype(groups["rollout_logprobs"].dtype)
         metrics["replaced_samples"] = float(len(replaced_rows))

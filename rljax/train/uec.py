@@ -26,7 +26,6 @@ from rljax.data.tasks import Task
 from rljax.entropy.uec import UECSettings, hard_prompts, keep_samples, truncated_rows
 from rljax.models.tokenizer import Tokenizer
 from rljax.rewards import score_completions
-from rljax.rollout.cuts import training_rollout_logprobs
 from rljax.rollout.sampler import Rollout
 from rljax.train.collector import Collection
 from rljax.train.host_batch import HostBatch
@@ -101,20 +100,9 @@ class UECCollector:
             samples,
             self.scorer,
         )
-        advantages = np.asarray(grpo_advantages(jnp.asarray(rewards), samples))
-        rows = {
-            "prompt_tokens": np.asarray(out.prompt_tokens),
-            "prompt_mask": np.asarray(out.prompt_mask),
-            "completion_tokens": np.asarray(out.completion_tokens),
-            "completion_mask": np.asarray(out.completion_mask),
-            "rollout_logprobs": np.asarray(
-                training_rollout_logprobs(out.sampling_logprobs, out.policy_logprobs, out.cuts_rows)
-            ),
-            "rewards": np.asarray(rewards, np.float32),
-            "sequence_advantage": advantages.astype(np.float32),
-            "prompt_id": np.repeat(np.asarray(prompts["index"]) % 2**31, samples).astype(np.int32),
-        }
-        return rows, failures
+        advantages = np.asarray(grpo_advantages(jnp.asarray(rewards), samples), np.float32)
+        rows = HostBatch.from_rollout(out, prompts["index"], rewards, samples).rows
+        return {**rows, "sequence_advantage": advantages}, failures
 
     def _kept(self, rows: Rows, threshold: float) -> tuple[Rows, np.ndarray]:
         truncated = truncated_rows(
