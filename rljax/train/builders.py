@@ -116,28 +116,34 @@ def preset_arguments(preset: Callable[..., Any], values: Mapping[str, Any]) -> d
     """The keyword arguments of `preset` for the `algorithm.*` values `values`.
 
     A value of a dataclass field (`preset_settings`) goes into that parameter's instance: the
-    preset's default instance with the given fields replaced (a new instance when the
-    parameter has no default); any other value is passed as it is, so a key the preset does
-    not take fails as a call with an unknown keyword would. The dataclass's own checks
-    (`__post_init__`) run here.
+    preset's default instance with the given fields replaced, or, for a parameter without a
+    default, a new instance of the given fields (the others at the dataclass's defaults); any
+    other value is passed as it is, so a key the preset does not take fails as a call with an
+    unknown keyword would. The dataclass's own checks (`__post_init__`) run here.
     """
     settings = preset_settings(preset)
-    params = {p.name: p for p in _named_parameters(preset)}
+    hints = _type_hints(preset)
     kwargs: dict[str, Any] = {}
     fields: dict[str, dict[str, Any]] = {}
+    for param in _named_parameters(preset):  # the dataclass parameters, given fields or not
+        if _settings_class(hints.get(param.name, param.empty), param.default) is not None:
+            fields[param.name] = {}
     for key, value in values.items():
         group = settings[key].group if key in settings else None
         if group is None:
             kwargs[key] = value
         else:
-            fields.setdefault(group, {})[key] = value
-    for group, given in fields.items():
-        default = params[group].default
-        if default is inspect.Parameter.empty:
-            cls = _settings_class(_type_hints(preset).get(group, default), default)
-            kwargs[group] = cls(**given)
+            fields[group][key] = value
+    for param in _named_parameters(preset):
+        if param.name not in fields:
+            continue
+        given = fields[param.name]
+        if param.default is not param.empty:
+            if given:  # else the preset's own default applies
+                kwargs[param.name] = dataclasses.replace(param.default, **given)
         else:
-            kwargs[group] = dataclasses.replace(default, **given)
+            cls = _settings_class(hints.get(param.name, param.empty), param.default)
+            kwargs[param.name] = cls(**given)
     return kwargs
 
 

@@ -182,6 +182,18 @@ def test_a_dataclass_parameter_without_default_takes_the_fields_defaults():
         ALGORITHMS.pop("test_budgeted", None)
 
 
+def test_a_dataclass_parameter_is_passed_only_when_needed():
+    # With a default instance and no field set: the preset's own default applies.
+    assert preset_arguments(shaped, {"label": "x"}) == {"label": "x"}
+
+    def knobbed(group_size: int, shaping: Shaping) -> Algorithm:
+        return ppo_preset(group_advantages(group_size))
+
+    # Without a default, it is built even when no field is set (all fields have defaults).
+    assert preset_arguments(knobbed, {}) == {"shaping": Shaping()}
+    assert preset_arguments(knobbed, {"offset": 2.0}) == {"shaping": Shaping(offset=2.0)}
+
+
 def test_an_unannotated_parameter_with_a_dataclass_default_counts_too():
     def preset(group_size, shaping=Shaping(offset=1.0)):
         return None
