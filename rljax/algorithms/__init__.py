@@ -2,10 +2,12 @@
 
 `Algorithm` bundles what the train steps need; `established` holds the presets every RL
 framework has (GRPO, PPO, RLOO, DAPO, ...), `seed_methods` those of recent papers,
-`entropy_control` those that steer the policy's entropy.
+`entropy_control` those that steer the policy's entropy. Settings that many presets share are
+typed: `PPOSettings` (PPO clip, KL loss, entropy bonus, aggregation) and `Regularizers` (KL
+loss, entropy bonus, aggregation); each field is an `algorithm.*` config key.
 """
 
-from rljax.algorithms.base import Algorithm
+from rljax.algorithms.base import Algorithm, PPOSettings, Regularizers
 from rljax.algorithms.entropy_control import clip_cov, entrocraft, entropic, kl_cov, uec_rl
 from rljax.algorithms.established import (
     cispo,
@@ -38,6 +40,8 @@ from rljax.algorithms.seed_methods import (
 
 __all__ = [
     "Algorithm",
+    "PPOSettings",
+    "Regularizers",
     "grpo",
     "dr_grpo",
     "dapo",

@@ -1,14 +1,17 @@
-"""`Algorithm` and the shared pieces of the presets: regularisers and the PPO-clip preset."""
+"""`Algorithm` and the shared pieces of the presets: their typed settings (`Regularizers`,
+`PPOSettings`), the regularisers and the PPO-clip preset."""
 
+import dataclasses
 from collections.abc import Callable
 from typing import NamedTuple
 
 from rljax.core import keys
+from rljax.core.aggregation import check_aggregation_mode
 from rljax.core.objective import Objective, sum_objectives
 from rljax.core.transform import Transform, chain
 from rljax.entropy.uec import UECSettings
 from rljax.objectives.entropy import entropy_bonus
-from rljax.objectives.kl import kl_loss
+from rljax.objectives.kl import KL_ESTIMATORS, kl_loss
 from rljax.objectives.surrogate import ppo_clip
 from rljax.objectives.value import ValueLoss
 
@@ -74,67 +77,138 @@ class Algorithm(NamedTuple):
         return keys.BASELINE_REWARD in self.reads
 
 
-def with_regularizers(
-    main: Objective,
-    aggregation: str,
-    max_len: int | None,
-    kl_coef: float,
-    kl_estimator: str,
-    entropy_coef: float,
-) -> Objective:
-    """`main` plus the KL(pi || ref) loss and entropy bonus when their coefficients are non-zero."""
+@dataclasses.dataclass(frozen=True)
+class Regularizers:
+    """The loss aggregation and the regularisers every policy loss of a preset shares.
+
+    A preset that takes `regularizers: Regularizers` has each field as an `algorithm.*` config
+    key (`--config.algorithm.kl_coef=0.01`; `rljax.train.builders.preset_settings`); a field
+    the config leaves out keeps the value of the preset's default instance.
+
+    Attributes:
+      aggregation: the loss aggregation mode of every loss term, one of
+        `rljax.core.aggregation.AGGREGATION_MODES` ("token-mean", "seq-mean-token-sum",
+        "seq-mean-token-mean", "seq-mean-token-sum-norm").
+      max_len: the constant normaliser of "seq-mean-token-sum-norm" (the generation budget,
+        Dr. GRPO); None for every other mode.
+      kl_coef: coefficient beta >= 0 of the KL(pi || ref) loss term (`rljax.objectives.kl`);
+        0 adds no term (and, unless something else reads it, keeps no reference policy).
+      kl_estimator: the per-token KL estimator, one of `rljax.objectives.kl.KL_ESTIMATORS`:
+        "k1" (the log-ratio), "k2" (its square / 2), "k3" (Schulman's unbiased, non-negative
+        estimator, unclamped, as in the GRPO paper) or "low_var_kl" (k3 clamped to [-10, 10],
+        verl's default KL loss; verl's "k3" is this one too, so a ported verl config sets
+        "low_var_kl"). The clamp zeroes the gradient of the tokens farthest from the reference.
+      entropy_coef: coefficient of the entropy bonus (-coef * aggregated entropy); > 0 raises
+        the policy's entropy, 0 adds no term.
+    """
+
+    aggregation: str = "token-mean"
+    max_len: int | None = None
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+
+    def __post_init__(self):
+        _check_regularizers(
+            self.aggregation, self.max_len, self.kl_coef, self.kl_estimator, self.entropy_coef
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOSettings:
+    """The PPO clipped surrogate's settings, with the loss aggregation and the regularisers.
+
+    A preset that takes `ppo: PPOSettings` (GRPO, RLOO, REINFORCE++, ...; `ppo_preset`) has
+    each field as an `algorithm.*` config key (`--config.algorithm.clip_eps=0.3`;
+    `rljax.train.builders.preset_settings`); a field the config leaves out keeps the value of
+    the preset's default instance (UEC-RL's: kl_coef=0.01, kl_estimator="low_var_kl").
+
+    Attributes:
+      clip_eps: the lower clip range, ratio r >= 1 - clip_eps, in [0, 1); also the upper one
+        when `clip_eps_high` is None.
+      clip_eps_high: the upper clip range, r <= 1 + clip_eps_high, >= 0; None means
+        `clip_eps`. clip_eps_high > clip_eps is DAPO's clip-higher.
+      kl_coef, kl_estimator, entropy_coef, aggregation, max_len: as in `Regularizers`.
+    """
+
+    clip_eps: float = 0.2
+    clip_eps_high: float | None = None
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    aggregation: str = "token-mean"
+    max_len: int | None = None
+
+    def __post_init__(self):
+        if not 0.0 <= self.clip_eps < 1.0:
+            raise ValueError(f"clip_eps={self.clip_eps} must be in [0, 1) so that 1 - clip_eps > 0")
+        if self.clip_eps_high is not None and self.clip_eps_high < 0.0:
+            raise ValueError(f"clip_eps_high={self.clip_eps_high} must be >= 0 (or None: clip_eps)")
+        _check_regularizers(
+            self.aggregation, self.max_len, self.kl_coef, self.kl_estimator, self.entropy_coef
+        )
+
+    @property
+    def eps_high(self) -> float:
+        """The upper clip range in effect: `clip_eps_high`, or `clip_eps` when that is None."""
+        return self.clip_eps if self.clip_eps_high is None else self.clip_eps_high
+
+    @property
+    def regularizers(self) -> Regularizers:
+        """The aggregation and regularisers, without the clip ranges."""
+        return Regularizers(
+            self.aggregation, self.max_len, self.kl_coef, self.kl_estimator, self.entropy_coef
+        )
+
+
+def _check_regularizers(
+    aggregation: str, max_len: int | None, kl_coef: float, kl_estimator: str, entropy_coef: float
+) -> None:
+    """The checks `Regularizers` and `PPOSettings` share; the messages name the field."""
+    check_aggregation_mode(aggregation, max_len)
+    if not kl_coef >= 0:
+        raise ValueError(f"kl_coef={kl_coef} must be >= 0")
+    if kl_estimator not in KL_ESTIMATORS:
+        raise ValueError(f"kl_estimator={kl_estimator!r} is unknown; use one of {KL_ESTIMATORS}")
+    if not abs(entropy_coef) < float("inf"):
+        raise ValueError(f"entropy_coef={entropy_coef} must be finite")
+
+
+def with_regularizers(main: Objective, regularizers: Regularizers) -> Objective:
+    """`main` plus the KL(pi || ref) loss and the entropy bonus of `regularizers`, each only
+    when its coefficient is non-zero, aggregated as `regularizers` says."""
+    r = regularizers
     terms = [main]
-    if kl_coef:
-        terms.append(kl_loss(kl_coef, kl_estimator, aggregation, max_len))
-    if entropy_coef:
-        terms.append(entropy_bonus(entropy_coef, aggregation, max_len))
+    if r.kl_coef:
+        terms.append(kl_loss(r.kl_coef, r.kl_estimator, r.aggregation, r.max_len))
+    if r.entropy_coef:
+        terms.append(entropy_bonus(r.entropy_coef, r.aggregation, r.max_len))
     return sum_objectives(*terms)
 
 
 def regularized_preset(
     advantages: Transform,
     main: Callable[[str, int | None], Objective],
-    aggregation: str = "token-mean",
-    max_len: int | None = None,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "k3",
-    entropy_coef: float = 0.0,
+    regularizers: Regularizers = Regularizers(),
 ) -> Algorithm:
     """A transform + a main policy loss built for the aggregation, plus the regularisers.
 
     `main(aggregation, max_len)` builds the policy loss; the KL(pi || ref) loss and the entropy
     bonus are added when their coefficients are non-zero (`with_regularizers`). Presets with
-    their own surrogate take these keyword arguments as `**regularizers`.
+    their own surrogate take `regularizers: Regularizers` and pass it here.
     """
-    objective = with_regularizers(
-        main(aggregation, max_len), aggregation, max_len, kl_coef, kl_estimator, entropy_coef
-    )
-    return Algorithm(advantages, objective, aggregation)
+    r = regularizers
+    objective = with_regularizers(main(r.aggregation, r.max_len), r)
+    return Algorithm(advantages, objective, r.aggregation)
 
 
-def ppo_preset(
-    advantages: Transform,
-    clip_eps: float = 0.2,
-    clip_eps_high: float | None = None,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "k3",
-    entropy_coef: float = 0.0,
-    aggregation: str = "token-mean",
-    max_len: int | None = None,
-) -> Algorithm:
-    """An advantage transform + the PPO clipped surrogate (+ KL, entropy).
+def ppo_preset(advantages: Transform, ppo: PPOSettings = PPOSettings()) -> Algorithm:
+    """An advantage transform + the PPO clipped surrogate (+ KL, entropy) as `ppo` says.
 
-    The keyword arguments are the PPO settings that the presets below accept as
-    `**ppo_settings`: clip ranges, KL(pi || ref) loss coefficient and estimator, entropy bonus,
-    loss aggregation mode and its `max_len`.
+    The presets built on it take `ppo: PPOSettings` and pass it here.
     """
-    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
     return regularized_preset(
         chain(advantages),
-        lambda agg, ml: ppo_clip(clip_eps, eps_high, aggregation=agg, max_len=ml),
-        aggregation,
-        max_len,
-        kl_coef,
-        kl_estimator,
-        entropy_coef,
+        lambda agg, ml: ppo_clip(ppo.clip_eps, ppo.eps_high, aggregation=agg, max_len=ml),
+        ppo.regularizers,
     )

@@ -1,12 +1,19 @@
 """Presets that control the policy's entropy: Entrocraft, its entropic baseline, Clip-Cov,
 KL-Cov and UEC-RL.
 
-Presets that take `**ppo_settings` accept the PPO keyword arguments of
-`rljax.algorithms.base.ppo_preset` (clip ranges, KL loss, entropy bonus, aggregation).
+Presets that take `ppo: PPOSettings` (clip ranges, KL loss, entropy bonus, aggregation) or
+`regularizers: Regularizers` (aggregation, KL loss, entropy bonus) have each field as an
+`algorithm.*` config key, beside their own parameters (`rljax.train.builders.preset_settings`).
 """
 
 from rljax.advantages.group import group_advantages
-from rljax.algorithms.base import Algorithm, ppo_preset, regularized_preset
+from rljax.algorithms.base import (
+    Algorithm,
+    PPOSettings,
+    Regularizers,
+    ppo_preset,
+    regularized_preset,
+)
 from rljax.core.transform import chain
 from rljax.entropy.covariance import clip_cov as clip_cov_objective
 from rljax.entropy.covariance import covariance_noise
@@ -30,7 +37,7 @@ def entrocraft(
     outside: str = "estimator",
     selection: str = "sign",
     signed_reward_threshold: float | None = None,
-    **ppo_settings,
+    ppo: PPOSettings = PPOSettings(),
 ) -> Algorithm:
     """Entrocraft (arXiv 2604.26326): GRPO whose advantages are filtered to keep the batch
     entropy inside a scheduled band (positives only above it, negatives only below).
@@ -54,7 +61,7 @@ def entrocraft(
     advantages = entrocraft_advantages(group_advantages(group_size), band, outside, selection)
     if signed_reward_threshold is not None:
         advantages = chain(signed_rewards(signed_reward_threshold), advantages)
-    return ppo_preset(advantages, **ppo_settings)
+    return ppo_preset(advantages, ppo)
 
 
 def entropic(
@@ -63,7 +70,7 @@ def entropic(
     proportional_gain: float = 1.0,
     integral_gain: float = 0.01,
     base: str = "grpo",
-    **ppo_settings,
+    ppo: PPOSettings = PPOSettings(),
 ) -> Algorithm:
     """Entrocraft's entropic baseline: positive advantages weighted by 1 + alpha and negative
     ones by 1 - alpha, alpha a PI controller of (batch entropy - target).
@@ -79,7 +86,7 @@ def entropic(
         raise ValueError(f"base={base!r} must be 'grpo' or 'reward'")
     inner = group_advantages(group_size) if base == "grpo" else raw_reward_advantages()
     advantages = entropic_advantages(inner, target_entropy, proportional_gain, integral_gain)
-    return ppo_preset(advantages, **ppo_settings)
+    return ppo_preset(advantages, ppo)
 
 
 def clip_cov(
@@ -89,31 +96,35 @@ def clip_cov(
     cov_upper: float = 5.0,
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
-    **regularizers,
+    regularizers: Regularizers = Regularizers(),
 ) -> Algorithm:
     """Clip-Cov ("The Entropy Mechanism of Reinforcement Learning for Reasoning Language
     Models", arXiv 2505.22617): GRPO advantages, PPO clip, and a random few high-covariance
-    tokens detached from the gradient (`regularizers` as in `regularized_preset`)."""
+    tokens detached from the gradient (`regularizers`: the aggregation, KL loss and entropy
+    bonus)."""
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
     return regularized_preset(
         chain(group_advantages(group_size), covariance_noise()),
         lambda agg, ml: clip_cov_objective(
             clip_eps, eps_high, clip_ratio, cov_lower, cov_upper, agg, ml
         ),
-        **regularizers,
+        regularizers,
     )
 
 
 def kl_cov(
-    group_size: int, kl_cov_coef: float = 1.0, k_ratio: float = 2e-3, **regularizers
+    group_size: int,
+    kl_cov_coef: float = 1.0,
+    k_ratio: float = 2e-3,
+    regularizers: Regularizers = Regularizers(),
 ) -> Algorithm:
     """KL-Cov (arXiv 2505.22617): GRPO advantages, no ratio clipping, and a |log ratio|
     penalty on the top `k_ratio` tokens by covariance (the authors' k_percent 0.2 = 2e-3;
-    `regularizers` as in `regularized_preset`)."""
+    `regularizers`: the aggregation, KL loss and entropy bonus)."""
     return regularized_preset(
         chain(group_advantages(group_size)),
         lambda agg, ml: kl_cov_objective(kl_cov_coef, k_ratio, agg, ml),
-        **regularizers,
+        regularizers,
     )
 
 
@@ -128,9 +139,7 @@ def uec_rl(
     replay_capacity: float = 2.0,
     replay_every: int = 5,
     drop_truncated_positive: bool = True,
-    kl_coef: float = 0.01,
-    kl_estimator: str = "low_var_kl",
-    **ppo_settings,
+    ppo: PPOSettings = PPOSettings(kl_coef=0.01, kl_estimator="low_var_kl"),
 ) -> Algorithm:
     """UEC-RL (arXiv 2604.14646, rules from the authors' EFRame code): GRPO advantages chosen
     on the host, extra high-temperature rollouts for hard prompts, a replay of high-advantage
@@ -151,7 +160,5 @@ def uec_rl(
         replay_every,
         drop_truncated_positive,
     )
-    algorithm = ppo_preset(
-        host_advantages(), kl_coef=kl_coef, kl_estimator=kl_estimator, **ppo_settings
-    )
+    algorithm = ppo_preset(host_advantages(), ppo)
     return algorithm._replace(collection=settings)

@@ -1,7 +1,8 @@
 """Presets of the established algorithms (what verl, TRL and OpenRLHF offer), a few lines each.
 
-Presets that take `**ppo_settings` accept the PPO keyword arguments of
-`rljax.algorithms.base.ppo_preset` (clip ranges, KL loss, entropy bonus, aggregation).
+Presets that take `ppo: PPOSettings` (clip ranges, KL loss, entropy bonus, aggregation) or
+`regularizers: Regularizers` (aggregation, KL loss, entropy bonus) have each field as an
+`algorithm.*` config key, beside their own parameters (`rljax.train.builders.preset_settings`).
 """
 
 from rljax.advantages.gae import gae_advantages
@@ -11,7 +12,13 @@ from rljax.advantages.pass_at_k import pass_at_k_group_advantages
 from rljax.advantages.reinforce_pp import batch_whitened_advantages
 from rljax.advantages.remax import greedy_baseline_advantages
 from rljax.advantages.rloo import leave_one_out_advantages
-from rljax.algorithms.base import Algorithm, ppo_preset, with_regularizers
+from rljax.algorithms.base import (
+    Algorithm,
+    PPOSettings,
+    Regularizers,
+    ppo_preset,
+    with_regularizers,
+)
 from rljax.core.transform import chain
 from rljax.filters import dynamic_sampling, overlong_filter, overlong_punishment
 from rljax.objectives.cispo import cispo as cispo_objective
@@ -25,65 +32,54 @@ from rljax.objectives.value import clipped_value_loss
 
 def grpo(
     group_size: int,
+    normalize_std: bool = True,
+    ppo: PPOSettings = PPOSettings(),
+) -> Algorithm:
+    """GRPO (Shao et al. 2024, arXiv 2402.03300): group advantages + PPO clip (+ KL, entropy).
+
+    `normalize_std=False` with `PPOSettings(aggregation="seq-mean-token-sum-norm", max_len=...)`
+    gives Dr. GRPO (`dr_grpo`); `clip_eps_high > clip_eps` gives DAPO's clip-higher. The KL
+    and entropy terms are added only when their coefficient is non-zero. The KL estimator's
+    default "k3" is the GRPO paper's unclamped estimator; verl's default KL loss is
+    "low_var_kl" (see `PPOSettings`), which a ported verl config sets. "k3" stays the default
+    here because this preset implements the paper, and the clamp zeroes the gradient of
+    exactly the tokens farthest from the reference (pi/ref below ~0.09).
+
+    Args:
+      group_size: samples per prompt.
+      normalize_std: divide group-centred rewards by the group std.
+      ppo: the clip ranges, KL loss, entropy bonus and loss aggregation (`PPOSettings`).
+
+    Returns:
+      An `Algorithm`.
+    """
+    return ppo_preset(group_advantages(group_size, normalize_std=normalize_std), ppo)
+
+
+def dr_grpo(
+    group_size: int,
+    max_len: int,
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
     kl_coef: float = 0.0,
     kl_estimator: str = "k3",
     entropy_coef: float = 0.0,
-    normalize_std: bool = True,
-    aggregation: str = "token-mean",
-    max_len: int | None = None,
 ) -> Algorithm:
-    """GRPO (Shao et al. 2024, arXiv 2402.03300): group advantages + PPO clip (+ KL, entropy).
-
-    `normalize_std=False, aggregation="seq-mean-token-sum-norm"` gives Dr. GRPO;
-    `clip_eps_high > clip_eps` gives DAPO's clip-higher. The KL and entropy terms
-    are added only when their coefficient is non-zero.
-
-    Args:
-      group_size: samples per prompt.
-      clip_eps: lower (and, by default, upper) clip range.
-      clip_eps_high: upper clip range; None means clip_eps.
-      kl_coef: coefficient of the KL(pi || ref) loss.
-      kl_estimator: KL estimator ("k1", "k2", "k3", "low_var_kl"). The default "k3" is the
-        GRPO paper's unclamped estimator; verl's default `kl_loss_type="low_var_kl"` (and
-        verl's "k3", an alias of it) is k3 clamped to [-10, 10], so a ported verl config sets
-        "low_var_kl". "k3" stays the
-        default here because this preset implements the paper, and the clamp zeroes the
-        gradient of exactly the tokens farthest from the reference (pi/ref below ~0.09).
-      entropy_coef: entropy bonus coefficient.
-      normalize_std: divide group-centred rewards by the group std.
-      aggregation: loss aggregation mode, shared by all loss terms.
-      max_len: normaliser for "seq-mean-token-sum-norm".
-
-    Returns:
-      An `Algorithm`.
-    """
-    advantages = group_advantages(group_size, normalize_std=normalize_std)
-    return ppo_preset(
-        advantages,
+    """Dr. GRPO ("Understanding R1-Zero-Like Training: A Critical Perspective", arXiv
+    2503.20783): `grpo` with no std normalisation and the "seq-mean-token-sum-norm"
+    aggregation, whose constant normaliser is max_len (the generation budget). The other
+    arguments are `PPOSettings`'s; the aggregation is not one of them (it is what makes
+    Dr. GRPO), so they are named here rather than taken as a `PPOSettings`."""
+    ppo = PPOSettings(
         clip_eps,
         clip_eps_high,
         kl_coef,
         kl_estimator,
         entropy_coef,
-        aggregation,
-        max_len,
-    )
-
-
-def dr_grpo(group_size: int, max_len: int, clip_eps: float = 0.2, **kwargs) -> Algorithm:
-    """Dr. GRPO ("Understanding R1-Zero-Like Training: A Critical Perspective", arXiv
-    2503.20783): no std normalisation and the constant normaliser max_len (the generation
-    budget). Other arguments as `grpo`."""
-    return grpo(
-        group_size,
-        clip_eps,
-        normalize_std=False,
         aggregation="seq-mean-token-sum-norm",
         max_len=max_len,
-        **kwargs,
     )
+    return grpo(group_size, normalize_std=False, ppo=ppo)
 
 
 def dapo(
@@ -113,7 +109,7 @@ def dapo(
         group_advantages(group_size),
     ]
     main = ppo_clip(clip_eps_low, clip_eps_high, aggregation="token-mean")
-    objective = with_regularizers(main, "token-mean", None, 0.0, "k3", entropy_coef)
+    objective = with_regularizers(main, Regularizers(entropy_coef=entropy_coef))
     return Algorithm(chain(*stages), objective, "token-mean")
 
 
@@ -127,10 +123,13 @@ def gspo(
     entropy_coef: float = 0.0,
 ) -> Algorithm:
     """GSPO ("Group Sequence Policy Optimization", arXiv 2507.18071): GRPO advantages with a
-    length-normalised sequence-level importance ratio; `token_level` gives GSPO-token."""
+    length-normalised sequence-level importance ratio; `token_level` gives GSPO-token. The
+    aggregation is GSPO's own ("seq-mean-token-mean"), so the regularisers are named here
+    (`Regularizers`' KL and entropy fields) rather than taken as a `Regularizers`."""
     aggregation = "seq-mean-token-mean"
     main = (gspo_token if token_level else gspo_objective)(eps_low, eps_high, aggregation)
-    objective = with_regularizers(main, aggregation, None, kl_coef, kl_estimator, entropy_coef)
+    regularizers = Regularizers(aggregation, None, kl_coef, kl_estimator, entropy_coef)
+    objective = with_regularizers(main, regularizers)
     return Algorithm(chain(group_advantages(group_size)), objective, aggregation)
 
 
@@ -138,77 +137,72 @@ def cispo(
     group_size: int,
     eps_high: float = 0.2,
     eps_low: float | None = None,
-    aggregation: str = "token-mean",
-    max_len: int | None = None,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "low_var_kl",
-    entropy_coef: float = 0.0,
+    regularizers: Regularizers = Regularizers(kl_estimator="low_var_kl"),
 ) -> Algorithm:
     """CISPO (MiniMax-M1 report, arXiv 2506.13585): GRPO advantages + REINFORCE with a clipped,
-    stop-gradient importance weight, so no token's gradient is dropped."""
-    main = cispo_objective(eps_high, eps_low, aggregation, max_len)
-    objective = with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
-    return Algorithm(chain(group_advantages(group_size)), objective, aggregation)
+    stop-gradient importance weight, so no token's gradient is dropped. The KL loss, when on,
+    defaults to verl's "low_var_kl"."""
+    r = regularizers
+    main = cispo_objective(eps_high, eps_low, r.aggregation, r.max_len)
+    objective = with_regularizers(main, r)
+    return Algorithm(chain(group_advantages(group_size)), objective, r.aggregation)
 
 
 def gpg(
     group_size: int,
     valid_group_scaling: bool = True,
-    aggregation: str = "token-mean",
-    max_len: int | None = None,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "low_var_kl",
-    entropy_coef: float = 0.0,
+    regularizers: Regularizers = Regularizers(kl_estimator="low_var_kl"),
 ) -> Algorithm:
     """GPG ("GPG: A Simple and Strong Reinforcement Learning Baseline for Model Reasoning",
     arXiv 2504.02546): group-centred rewards (no std) + plain policy gradient, no ratio or clip.
     `valid_group_scaling` multiplies the advantages by B / B_valid (computed on the whole batch
-    by a transform, so minibatch shuffling cannot change it)."""
-    main = gpg_objective(aggregation, max_len)
-    objective = with_regularizers(main, aggregation, max_len, kl_coef, kl_estimator, entropy_coef)
+    by a transform, so minibatch shuffling cannot change it). The KL loss, when on, defaults
+    to verl's "low_var_kl"."""
+    r = regularizers
+    objective = with_regularizers(gpg_objective(r.aggregation, r.max_len), r)
     stages = [group_advantages(group_size, normalize_std=False)]
     if valid_group_scaling:
         stages.append(gpg_valid_group_scaling(group_size))
-    return Algorithm(chain(*stages), objective, aggregation)
+    return Algorithm(chain(*stages), objective, r.aggregation)
 
 
 def rloo(
     group_size: int,
-    **ppo_settings,
+    ppo: PPOSettings = PPOSettings(),
 ) -> Algorithm:
     """RLOO leave-one-out advantages ("Back to Basics: Revisiting REINFORCE Style Optimization
     for Learning from Human Feedback in LLMs", arXiv 2402.14740) + PPO clip."""
-    return ppo_preset(leave_one_out_advantages(group_size), **ppo_settings)
+    return ppo_preset(leave_one_out_advantages(group_size), ppo)
 
 
 def reinforce_pp(
     group_size: int | None = None,
-    **ppo_settings,
+    ppo: PPOSettings = PPOSettings(),
 ) -> Algorithm:
     """REINFORCE++ ("REINFORCE++: A Simple and Efficient Approach for Aligning Large Language
     Models", arXiv 2501.03262): rewards whitened over the whole batch + PPO clip. With a
     `group_size`, the group mean is subtracted first (REINFORCE++-baseline)."""
-    return ppo_preset(batch_whitened_advantages(group_size), **ppo_settings)
+    return ppo_preset(batch_whitened_advantages(group_size), ppo)
 
 
 def opo(
     group_size: int,
-    **ppo_settings,
+    ppo: PPOSettings = PPOSettings(),
 ) -> Algorithm:
     """OPO's length-weighted optimal baseline ("On-Policy RL with Optimal Reward Baseline",
     arXiv 2505.23585) + PPO clip."""
-    return ppo_preset(length_weighted_baseline_advantages(group_size), **ppo_settings)
+    return ppo_preset(length_weighted_baseline_advantages(group_size), ppo)
 
 
 def pass_at_k(
     group_size: int,
     k: int,
-    **ppo_settings,
+    ppo: PPOSettings = PPOSettings(),
 ) -> Algorithm:
     """Pass@k training ("Pass@k Training for Adaptively Balancing Exploration and Exploitation
     of Large Reasoning Models", arXiv 2508.10751): analytical pass@k group advantages for
     binary rewards + PPO clip."""
-    return ppo_preset(pass_at_k_group_advantages(group_size, k), **ppo_settings)
+    return ppo_preset(pass_at_k_group_advantages(group_size, k), ppo)
 
 
 def ppo(
@@ -235,7 +229,7 @@ def ppo(
     del group_size
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
     main = ppo_clip(clip_eps, eps_high, dual_clip_c, aggregation, max_len)
-    objective = with_regularizers(main, aggregation, max_len, 0.0, "k3", entropy_coef)
+    objective = with_regularizers(main, Regularizers(aggregation, max_len, 0.0, "k3", entropy_coef))
     return Algorithm(
         chain(gae_advantages(gamma, lam, kl_coef=kl_coef, kl_estimator=kl_estimator)),
         objective,
@@ -246,7 +240,7 @@ def ppo(
 
 def remax(
     group_size: int | None = None,
-    **ppo_settings,
+    ppo: PPOSettings = PPOSettings(),
 ) -> Algorithm:
     """ReMax ("ReMax: A Simple, Effective, and Efficient Reinforcement Learning Method for
     Aligning Large Language Models", arXiv 2310.10505): the reward of the policy's greedy
@@ -254,4 +248,4 @@ def remax(
     (the transform reads `extras.baseline_reward`); `group_size` is unused (the baseline is
     per prompt)."""
     del group_size
-    return ppo_preset(greedy_baseline_advantages(), **ppo_settings)
+    return ppo_preset(greedy_baseline_advantages(), ppo)

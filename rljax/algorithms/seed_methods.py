@@ -1,7 +1,8 @@
 """Presets of the seed papers' methods (`../shared/seeds`), a few lines each.
 
-Presets that take `**ppo_settings` accept the PPO keyword arguments of
-`rljax.algorithms.base.ppo_preset` (clip ranges, KL loss, entropy bonus, aggregation).
+Presets that take `ppo: PPOSettings` (clip ranges, KL loss, entropy bonus, aggregation) or
+`regularizers: Regularizers` (aggregation, KL loss, entropy bonus) have each field as an
+`algorithm.*` config key, beside their own parameters (`rljax.train.builders.preset_settings`).
 """
 
 import jax.numpy as jnp
@@ -16,7 +17,13 @@ from rljax.advantages.kernel_baseline import kernel_baseline_advantages
 from rljax.advantages.lead import lead_advantages
 from rljax.advantages.optimal_token_baseline import optimal_token_baseline_advantages
 from rljax.advantages.prefix_tree import implicit_process_advantages
-from rljax.algorithms.base import Algorithm, ppo_preset, regularized_preset
+from rljax.algorithms.base import (
+    Algorithm,
+    PPOSettings,
+    Regularizers,
+    ppo_preset,
+    regularized_preset,
+)
 from rljax.core.transform import chain
 from rljax.objectives.mu_grpo import mu_grpo as mu_grpo_objective
 from rljax.objectives.power_distillation import power_weighting, weighted_sft
@@ -28,17 +35,17 @@ def mu_grpo(
     eps_low: float = 0.2,
     eps_high: float = 0.28,
     veto_delta: float | None = None,
-    **regularizers,
+    regularizers: Regularizers = Regularizers(),
 ) -> Algorithm:
     """Mu-GRPO (arXiv 2605.17570): GRPO advantages + the relaxed asymmetric clip and the
     negative-advantage veto against the frozen stage policy (`batch.old_logprobs`). The few
     large generation-optimisation stages are a schedule of the driver (several epochs and
-    minibatches per rollout batch: `train.epochs`, `train.minibatches`; `regularizers` as in
-    `regularized_preset`)."""
+    minibatches per rollout batch: `train.epochs`, `train.minibatches`; `regularizers`: the
+    aggregation, KL loss and entropy bonus)."""
     return regularized_preset(
         chain(group_advantages(group_size)),
         lambda agg, ml: mu_grpo_objective(eps_low, eps_high, veto_delta, agg, ml),
-        **regularizers,
+        regularizers,
     )
 
 
@@ -48,15 +55,15 @@ def segment_po(
     eps_low: float = 0.2,
     eps_high: float = 0.2,
     process_advantages: bool = False,
-    **regularizers,
+    regularizers: Regularizers = Regularizers(),
 ) -> Algorithm:
     """segment_po ("Segment-Aligned Policy Optimization"; not the Soft Adaptive Policy
     Optimization that verl and TRL call SAPO): segment-level importance ratios and advantages,
     segments ending at `delimiter_ids` (default: newline in byte and most BPE vocabularies; pass
     your tokenizer's ids). The segment advantage is the mean token advantage
     over the segment: GRPO's (constant per response) or, with `process_advantages`, IBPO's
-    prefix-tree process advantages, which differ between segments. `regularizers` as in
-    `regularized_preset`."""
+    prefix-tree process advantages, which differ between segments. `regularizers`: the
+    aggregation, KL loss and entropy bonus."""
     if process_advantages:
         advantages = implicit_process_advantages(group_size)
     else:
@@ -64,7 +71,7 @@ def segment_po(
     return regularized_preset(
         chain(advantages),
         lambda agg, ml: segment_po_objective(tuple(delimiter_ids), eps_low, eps_high, agg, ml),
-        **regularizers,
+        regularizers,
     )
 
 
@@ -73,16 +80,16 @@ def expthink(
     capacity: int = 1 << 20,
     discount: float = 0.5,
     correct_threshold: float = 1.0,
-    **ppo_settings,
+    ppo: PPOSettings = PPOSettings(),
 ) -> Algorithm:
     """ExpThink (arXiv 2605.07501): three-tier rewards against the shortest correct length
     seen per prompt (state: a table of `capacity` prompts indexed by `extras["prompt_id"]`,
     which the driver fills with the task index modulo 2^31; ids >= capacity are not tracked)
     and the difficulty-adaptive advantage (correct-count instead of std normalisation), + PPO
-    clip (`ppo_settings` as in `_ppo`)."""
+    clip (`ppo`: `PPOSettings`)."""
     rewards = expthink_rewards(capacity, 1.0, discount, correct_threshold)
     transform = chain(rewards, expthink_advantages(group_size))
-    return ppo_preset(transform, **ppo_settings)
+    return ppo_preset(transform, ppo)
 
 
 def lead(
@@ -94,37 +101,41 @@ def lead(
     beta: float = 0.95,
     w_min: float = 0.3,
     correct_threshold: float = 1.0,
-    **ppo_settings,
+    ppo: PPOSettings = PPOSettings(),
 ) -> Algorithm:
     """LEAD (arXiv 2605.09806): per-prompt target length L* = clip(mean correct length, l_min,
     l_max), a symmetric efficiency reward around it, correctness and efficiency GRPO
     advantages mixed by EMA-smoothed Potential-Scaled Instability weights (w_corr >= w_min,
-    state of the transform) and whitened over the batch, + PPO clip (`ppo_settings` as in
-    `ppo_preset`). The defaults are the paper's run (lengths in tokens)."""
+    state of the transform) and whitened over the batch, + PPO clip (`ppo`:
+    `PPOSettings`). The defaults are the paper's run (lengths in tokens)."""
     advantages = lead_advantages(
         group_size, l_min, l_max, mode, alpha, beta, w_min, correct_threshold
     )
-    return ppo_preset(advantages, **ppo_settings)
+    return ppo_preset(advantages, ppo)
 
 
-def dr_mas(group_size: int, agent_key: str = "agent_id", **ppo_settings) -> Algorithm:
+def dr_mas(
+    group_size: int, agent_key: str = "agent_id", ppo: PPOSettings = PPOSettings()
+) -> Algorithm:
     """Dr. MAS (arXiv 2602.08847): rewards normalised per (prompt, agent) cell, the agent id
-    read from `batch.extras[agent_key]`, + PPO clip (`ppo_settings` as in `_ppo`)."""
-    return ppo_preset(chain(agent_advantages(group_size, agent_key)), **ppo_settings)
+    read from `batch.extras[agent_key]`, + PPO clip (`ppo`: `PPOSettings`)."""
+    return ppo_preset(chain(agent_advantages(group_size, agent_key)), ppo)
 
 
-def kernel_baseline(group_size: int, bandwidth: float = 1.0, **ppo_settings) -> Algorithm:
+def kernel_baseline(
+    group_size: int, bandwidth: float = 1.0, ppo: PPOSettings = PPOSettings()
+) -> Algorithm:
     """Kernel-smoothing value baseline (arXiv 2604.28005): a leave-one-out Nadaraya-Watson
     baseline over prompt embeddings (the policy's mean prompt hidden state, computed by the
     prepare step), + PPO clip. `group_size` is unused: the baseline pools across prompts."""
     del group_size
-    return ppo_preset(chain(kernel_baseline_advantages(bandwidth)), **ppo_settings)
+    return ppo_preset(chain(kernel_baseline_advantages(bandwidth)), ppo)
 
 
-def ibpo(group_size: int, **ppo_settings) -> Algorithm:
+def ibpo(group_size: int, ppo: PPOSettings = PPOSettings()) -> Algorithm:
     """IBPO (arXiv 2605.16302): implicit process-level advantages from the prefix tree of each
-    group's responses, + PPO clip (`ppo_settings` as in `_ppo`)."""
-    return ppo_preset(chain(implicit_process_advantages(group_size)), **ppo_settings)
+    group's responses, + PPO clip (`ppo`: `PPOSettings`)."""
+    return ppo_preset(chain(implicit_process_advantages(group_size)), ppo)
 
 
 def gprl(
@@ -133,7 +144,7 @@ def gprl(
     weights: tuple[float, ...] | None = None,
     drift_window: int = 8,
     drift_threshold: float = 0.6,
-    **ppo_settings,
+    ppo: PPOSettings = PPOSettings(),
 ) -> Algorithm:
     """GPRL (arXiv 2605.18721): per-dimension group-relative advantages of [B, K] rewards,
     combined with context-dependent weights (`extras["dimension_weights"]` or `weights`), and
@@ -146,7 +157,7 @@ def gprl(
         drift_threshold=drift_threshold,
         num_dimensions=num_dimensions,
     )
-    return ppo_preset(chain(advantages), **ppo_settings)
+    return ppo_preset(chain(advantages), ppo)
 
 
 def dgpo(
@@ -161,38 +172,35 @@ def dgpo(
 ) -> Algorithm:
     """DGPO (arXiv 2605.03327): the GRPO sequence advantage redistributed over tokens by
     entropy-gated Hellinger deviation from the reference (credit mass preserved), PPO clip and
-    no KL term. Needs the reference policy and the prepare step's Hellinger statistic."""
+    no KL term (so `PPOSettings`' fields but the KL ones are named here). Needs the reference
+    policy and the prepare step's Hellinger statistic."""
     transform = chain(
         group_advantages(group_size), deviation_gated_advantages(vocab_size, temperature)
     )
-    return ppo_preset(
-        transform,
-        clip_eps,
-        clip_eps_high,
-        entropy_coef=entropy_coef,
-        aggregation=aggregation,
-        max_len=max_len,
+    ppo = PPOSettings(
+        clip_eps, clip_eps_high, entropy_coef=entropy_coef, aggregation=aggregation, max_len=max_len
     )
+    return ppo_preset(transform, ppo)
 
 
 def otb(
     group_size: int,
     use_is_weight: bool = False,
     handle_zero_tail: bool = False,
-    **ppo_settings,
+    ppo: PPOSettings = PPOSettings(),
 ) -> Algorithm:
     """Optimal Token Baseline (arXiv 2602.07078): a per-position group baseline weighted by
     the cumulative logit-gradient proxy (from the prepare step's sum of squared
-    probabilities), no std normalisation, + PPO clip (`ppo_settings` as in `_ppo`)."""
+    probabilities), no std normalisation, + PPO clip (`ppo`: `PPOSettings`)."""
     advantages = optimal_token_baseline_advantages(group_size, use_is_weight, handle_zero_tail)
-    return ppo_preset(chain(advantages), **ppo_settings)
+    return ppo_preset(chain(advantages), ppo)
 
 
 def edo(
     group_size: int,
     coef: float = 0.1,
     only_correct: bool = False,
-    **ppo_settings,
+    ppo: PPOSettings = PPOSettings(),
 ) -> Algorithm:
     """ED-GRPO, exploration-driven reward biasing ("Exploration-Driven Optimization"; an
     interpretation, see `rljax.advantages.exploration_bias`): rewards get a bonus for
@@ -200,7 +208,7 @@ def edo(
     transform = chain(
         exploration_bias(coef, only_correct=only_correct), group_advantages(group_size)
     )
-    return ppo_preset(transform, **ppo_settings)
+    return ppo_preset(transform, ppo)
 
 
 def power_distillation(

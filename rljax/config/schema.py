@@ -210,7 +210,8 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
         "max_words": Key(12, "longest Lorem-Ipsum prefix, in words"),
         "max_prompt_len": Key(96, "perturbed prompts' padded length (> task.max_prompt_len)"),
     },
-    # Open: the preset's keyword arguments (rljax.algorithms).
+    # Open: the preset's settings (rljax.algorithms): its named parameters, a dataclass
+    # parameter's fields as flat keys (rljax.train.builders.preset_settings).
     "algorithm": {
         "name": Key("grpo", "the algorithm preset (rljax.algorithms, or register_algorithm)"),
     },

@@ -8,10 +8,11 @@ the complete config the driver reads, every key left out filled with its default
 
 The schema is `rljax.config.schema.SCHEMA` (every key the driver reads, with its default, whose
 type is the expected type, and its range). Three sections take keys that belong to what they
-name: `algorithm` (the preset's keyword arguments), `task` (the task's constructor) and
+name: `algorithm` (the preset's settings: its named parameters, a dataclass parameter's fields
+flat, `rljax.train.builders.preset_settings`), `task` (the task's constructor) and
 `rollout_correction` (the correction's keyword arguments); those are checked against the
-callable's signature. Nothing here touches a device beyond `jax.device_count()`, loads
-weights or traces a function.
+callable's signature and annotations. Nothing here touches a device beyond
+`jax.device_count()`, loads weights or traces a function.
 """
 
 from __future__ import annotations
@@ -25,22 +26,15 @@ import re
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 from ml_collections import ConfigDict
 
-from rljax import algorithms
-from rljax.algorithms.base import ppo_preset, regularized_preset
 from rljax.config.schema import OPEN_SECTIONS, SCHEMA, Key
 from rljax.data.tasks import TASKS
 from rljax.parallel.mesh import MESH_AXES
 
-# Where a preset's `**name` goes: the presets document `**ppo_settings` as ppo_preset's keywords
-# and `**regularizers` as regularized_preset's. dr_grpo forwards `**kwargs` to grpo, passing
-# normalize_std and aggregation itself (interpretation: read from their bodies, not inspectable).
-_FORWARDED = {"ppo_settings": ppo_preset, "regularizers": regularized_preset}
-_FORWARDED_BY_PRESET = {"dr_grpo": (algorithms.grpo, ("normalize_std", "aggregation"))}
 # Arguments the driver passes itself, by section: {argument: the config key it comes from}.
 _DRIVER_ARGUMENTS = {"algorithm": {"group_size": "rollout.n_samples"}, "task": {"seed": "seed"}}
 # Preset arguments filled from the run when the config leaves them out (build_algorithm).
@@ -129,6 +123,14 @@ def _check_keys_and_types(config: ConfigDict) -> None:
             _check_type(key, value, _types_of_value(SCHEMA[key].default))
 
 
+class _Setting(NamedTuple):
+    """A key of an open section: its default (`inspect.Parameter.empty`: required) and the
+    types its value may have (None: not checked)."""
+
+    default: Any
+    kinds: tuple[type, ...] | None
+
+
 def _check_section(section: str, values: Mapping[str, Any], schema: dict[str, Key]) -> None:
     """The keys of one section: the schema's, plus the named callable's for open sections."""
     name, params = None, {}
@@ -140,14 +142,14 @@ def _check_section(section: str, values: Mapping[str, Any], schema: dict[str, Ke
         if key in schema:
             _check_type(full, value, _types_of_value(schema[key].default))
         elif key in params:
-            _check_type(full, value, _types_of_parameter(*params[key]))
+            _check_type(full, value, params[key].kinds)
         elif key in _DRIVER_ARGUMENTS.get(section, {}):
             source = _DRIVER_ARGUMENTS[section][key]
             raise ValueError(f"{full} is set by the driver from {source}; remove {full}")
         else:
             _unknown(full, {**schema, **params}, prefix=f"{section}.", owner=name)
-    for key, (param, _) in params.items():
-        required = param.default is inspect.Parameter.empty and key not in _RUN_ARGUMENTS
+    for key, setting in params.items():
+        required = setting.default is inspect.Parameter.empty and key not in _RUN_ARGUMENTS
         if required and values.get(key) is None:
             raise ValueError(
                 f"{section}.{key} is required by {section}.name={name!r}; "
@@ -155,11 +157,14 @@ def _check_section(section: str, values: Mapping[str, Any], schema: dict[str, Ke
             )
 
 
-def _callable_parameters(section: str, name: Any) -> dict[str, tuple[inspect.Parameter, Any]]:
-    """{keyword: (parameter, the function that declares it)} that `section.name` accepts.
+def _callable_parameters(section: str, name: Any) -> dict[str, _Setting]:
+    """{key: its default and types} of the settings that `section.name` accepts.
 
-    The arguments the driver passes itself (`_DRIVER_ARGUMENTS`) are left out; a name that is
-    not registered is an error naming the key (with the closest registered name).
+    An algorithm preset's are `rljax.train.builders.preset_settings`' (a dataclass
+    parameter's fields are keys, with the fields' annotations); a task's or a rollout
+    correction's are its named keyword arguments. The arguments the driver passes itself
+    (`_DRIVER_ARGUMENTS`) are left out; a name that is not registered is an error naming the
+    key (with the closest registered name).
     """
     _check_type(f"{section}.name", name, (str,))
     b = _builders()
@@ -176,37 +181,30 @@ def _callable_parameters(section: str, name: Any) -> dict[str, tuple[inspect.Par
         close = difflib.get_close_matches(name, names, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise ValueError(f"{section}.name={name!r} is unknown; {hint}choose one of {names}")
-    params = _preset_parameters(name) if section == "algorithm" else _keywords(known[name])
+    if section == "algorithm":
+        settings = b.preset_settings(known[name])
+        params = {
+            k: _Setting(s.default, _types_of_hint(s.hint, s.default)) for k, s in settings.items()
+        }
+    else:
+        params = _keywords(known[name])
     for key in _DRIVER_ARGUMENTS.get(section, {}):
         params.pop(key, None)
     return params
 
 
-def _preset_parameters(name: str) -> dict[str, tuple[inspect.Parameter, Any]]:
-    """The keyword arguments of the `algorithm.name` preset, following its `**settings` to the
-    function they are forwarded to (`_FORWARDED`, `_FORWARDED_BY_PRESET`)."""
-    preset = _builders().ALGORITHMS[name]
-    params = _keywords(preset)
-    for param in inspect.signature(preset).parameters.values():
-        if param.kind is not inspect.Parameter.VAR_KEYWORD:
-            continue
-        target, passed = _FORWARDED_BY_PRESET.get(name, (_FORWARDED.get(param.name), ()))
-        if target is None:
-            raise TypeError(
-                f"algorithm preset {name!r} forwards **{param.name} to a function "
-                "rljax.config.validate does not know; add it to _FORWARDED"
-            )
-        for key, (inner, owner) in _keywords(target).items():
-            if inner.default is not inspect.Parameter.empty and key not in passed:
-                params.setdefault(key, (inner, owner))
-    return params
-
-
-def _keywords(fn: Callable[..., Any]) -> dict[str, tuple[inspect.Parameter, Any]]:
-    """The named parameters of `fn` (no *args / **kwargs), each with `fn`."""
+def _keywords(fn: Callable[..., Any]) -> dict[str, _Setting]:
+    """The named parameters of `fn` (no *args / **kwargs), with their types from its
+    annotations."""
     skip = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    try:
+        hints = typing.get_type_hints(fn)
+    except (NameError, TypeError):  # an annotation that does not resolve: use the defaults
+        hints = {}
     return {
-        p.name: (p, fn) for p in inspect.signature(fn).parameters.values() if p.kind not in skip
+        p.name: _Setting(p.default, _types_of_hint(hints.get(p.name, p.empty), p.default))
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind not in skip
     }
 
 
@@ -236,17 +234,13 @@ def _types_of_value(default: Any) -> tuple[type, ...] | None:
     return None
 
 
-def _types_of_parameter(param: inspect.Parameter, owner: Any) -> tuple[type, ...] | None:
-    """The expected types of a keyword argument, from its annotation (else its default)."""
-    try:
-        hints = typing.get_type_hints(owner)
-    except (NameError, TypeError):  # an annotation that does not resolve: use the default
-        hints = {}
-    hint = hints.get(param.name, inspect.Parameter.empty)
+def _types_of_hint(hint: Any, default: Any) -> tuple[type, ...] | None:
+    """The expected types of a setting, from its resolved annotation `hint` (else its
+    default; `inspect.Parameter.empty` for either means none)."""
     if hint is inspect.Parameter.empty:
-        if param.default in (inspect.Parameter.empty, None):
+        if default is inspect.Parameter.empty or default is None:
             return None
-        return _types_of_value(param.default)
+        return _types_of_value(default)
     options = typing.get_args(hint) if _is_union(hint) else (hint,)
     kinds = []
     for option in options:

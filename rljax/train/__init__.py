@@ -1,6 +1,11 @@
 """Training: log-probs, jitted steps, SFT warm start, checkpoints and the driver loop."""
 
-from rljax.train.builders import build_policy, build_train_state, register_algorithm
+from rljax.train.builders import (
+    build_policy,
+    build_train_state,
+    preset_settings,
+    register_algorithm,
+)
 from rljax.train.checkpoint import Checkpointer
 from rljax.train.collector import Collection, Collector, GroupCollector, refill
 from rljax.train.critic import critic_values, init_critic
@@ -37,6 +42,7 @@ __all__ = [
     "Checkpointer",
     "build_policy",
     "register_algorithm",
+    "preset_settings",
     "completion_logprobs",
     "token_logprobs_and_entropy",
     "greedy_eval",

@@ -11,8 +11,9 @@ import dataclasses
 import functools
 import inspect
 import os
-from collections.abc import Callable
-from typing import Any
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import jax
 import optax
@@ -47,8 +48,149 @@ from rljax.train.fresh_replay import FreshReplay
 from rljax.train.lope import LoPERescue
 from rljax.train.steps import RolloutConfig, UpdateConfig
 
-# Every preset of `rljax.algorithms`, by name (`algorithm.name` in a config).
-ALGORITHMS = {name: getattr(algorithms, name) for name in algorithms.__all__ if name != "Algorithm"}
+# Every preset of `rljax.algorithms`, by name (`algorithm.name` in a config); the classes
+# (`Algorithm` and the settings dataclasses) are not presets.
+ALGORITHMS = {
+    name: getattr(algorithms, name)
+    for name in algorithms.__all__
+    if not isinstance(getattr(algorithms, name), type)
+}
+
+
+class PresetSetting(NamedTuple):
+    """One `algorithm.*` config key of a preset (`preset_settings`).
+
+    Attributes:
+      hint: its type annotation, resolved (`inspect.Parameter.empty` when it has none or it
+        does not resolve).
+      default: its value when the config leaves it out (`inspect.Parameter.empty`: the config
+        must set it).
+      group: the dataclass parameter it is a field of, or None for a plain parameter.
+    """
+
+    hint: Any
+    default: Any
+    group: str | None
+
+
+def preset_settings(preset: Callable[..., Any]) -> dict[str, PresetSetting]:
+    """{config key: its setting} of a preset: the `algorithm.*` keys it accepts.
+
+    The rule, the same for built-in and registered presets: a named parameter is a key, except
+    a parameter annotated with a dataclass type (or, unannotated, whose default is a dataclass
+    instance), which contributes that dataclass's fields as flat keys instead, each with the
+    field's annotation and, as default, the preset's default instance's value (the field's own
+    default when the parameter has none). So `rloo(group_size, ppo: PPOSettings =
+    PPOSettings())` takes `algorithm.clip_eps`, `algorithm.kl_coef`, ... and no
+    `algorithm.ppo`. `*args` and `**kwargs` contribute nothing (`register_algorithm` refuses
+    the latter). `group_size` is a key here; the driver passes it itself.
+
+    Raises:
+      ValueError: a key that two parameters would both take (a plain parameter and a
+        dataclass field, or fields of two dataclass parameters), naming both.
+    """
+    hints = _type_hints(preset)
+    settings: dict[str, PresetSetting] = {}
+    origin: dict[str, str] = {}
+    for param in _named_parameters(preset):
+        hint = hints.get(param.name, inspect.Parameter.empty)
+        cls = _settings_class(hint, param.default)
+        if cls is None:
+            entries = {param.name: (PresetSetting(hint, param.default, None), "a parameter")}
+        else:
+            entries = {
+                key: (setting, f"a field of {param.name}: {cls.__name__}")
+                for key, setting in _dataclass_settings(cls, param).items()
+            }
+        for key, (setting, where) in entries.items():
+            if key in settings:
+                raise ValueError(
+                    f"preset {_describe(preset)} takes {key} twice, as {origin[key]} and as "
+                    f"{where}, so algorithm.{key} would be ambiguous; rename one of them"
+                )
+            settings[key], origin[key] = setting, where
+    return settings
+
+
+def preset_arguments(preset: Callable[..., Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of `preset` for the `algorithm.*` values `values`.
+
+    A value of a dataclass field (`preset_settings`) goes into that parameter's instance: the
+    preset's default instance with the given fields replaced, or, for a parameter without a
+    default, a new instance of the given fields (the others at the dataclass's defaults); any
+    other value is passed as it is, so a key the preset does not take fails as a call with an
+    unknown keyword would. The dataclass's own checks (`__post_init__`) run here.
+    """
+    settings = preset_settings(preset)
+    hints = _type_hints(preset)
+    kwargs: dict[str, Any] = {}
+    fields: dict[str, dict[str, Any]] = {}
+    for param in _named_parameters(preset):  # the dataclass parameters, given fields or not
+        if _settings_class(hints.get(param.name, param.empty), param.default) is not None:
+            fields[param.name] = {}
+    for key, value in values.items():
+        group = settings[key].group if key in settings else None
+        if group is None:
+            kwargs[key] = value
+        else:
+            fields[group][key] = value
+    for param in _named_parameters(preset):
+        if param.name not in fields:
+            continue
+        given = fields[param.name]
+        if param.default is not param.empty:
+            if given:  # else the preset's own default applies
+                kwargs[param.name] = dataclasses.replace(param.default, **given)
+        else:
+            cls = _settings_class(hints.get(param.name, param.empty), param.default)
+            kwargs[param.name] = cls(**given)
+    return kwargs
+
+
+def _named_parameters(fn: Callable[..., Any]) -> list[inspect.Parameter]:
+    """The parameters of `fn` a keyword can name (no *args / **kwargs)."""
+    skip = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return [p for p in inspect.signature(fn).parameters.values() if p.kind not in skip]
+
+
+def _type_hints(obj: Any) -> dict[str, Any]:
+    """`obj`'s resolved annotations, or {} when one does not resolve (the defaults then tell
+    the types)."""
+    try:
+        return typing.get_type_hints(obj)
+    except (NameError, TypeError):
+        return {}
+
+
+def _settings_class(hint: Any, default: Any) -> type | None:
+    """The dataclass type of a parameter annotated with one (or, unannotated, whose default
+    is a dataclass instance), else None."""
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return hint
+    if hint is inspect.Parameter.empty and dataclasses.is_dataclass(default):
+        if not isinstance(default, type):
+            return type(default)
+    return None
+
+
+def _dataclass_settings(cls: type, param: inspect.Parameter) -> dict[str, PresetSetting]:
+    """The settings of the fields of the dataclass parameter `param` (of type `cls`)."""
+    hints = _type_hints(cls)
+    out = {}
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            continue
+        if param.default is not inspect.Parameter.empty:
+            default = getattr(param.default, field.name)
+        elif field.default is not dataclasses.MISSING:
+            default = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            default = field.default_factory()
+        else:
+            default = inspect.Parameter.empty
+        hint = hints.get(field.name, inspect.Parameter.empty)
+        out[field.name] = PresetSetting(hint, default, param.name)
+    return out
 
 
 def register_algorithm(
@@ -56,10 +198,12 @@ def register_algorithm(
 ) -> None:
     """Adds `preset` to ALGORITHMS so a config can train it with `algorithm.name = name`.
 
-    The driver calls `preset(group_size=rollout.n_samples, **algorithm_settings)`, so
-    `preset` must take a `group_size` keyword; its other named keyword arguments become the
-    `algorithm.*` config keys, checked by `validate_config` (type hints give the value types).
-    A `**kwargs` catch-all is refused: validation could not tell a typo'd key from a setting.
+    The driver calls `preset(group_size=rollout.n_samples, **arguments)`, so `preset` must
+    take a `group_size` keyword; its other named parameters become the `algorithm.*` config
+    keys, a parameter annotated with a dataclass (`ppo: PPOSettings = PPOSettings()`) as
+    that dataclass's fields (`preset_settings`), checked by `validate_config` (type hints give
+    the value types). A `**kwargs` catch-all is refused: validation could not tell a typo'd
+    key from a setting.
 
     Args:
       name: the `algorithm.name` to register.
@@ -68,7 +212,8 @@ def register_algorithm(
 
     Raises:
       ValueError: if `name` is taken and `replace` is False, or `preset` has no `group_size`
-        parameter or takes `**kwargs`.
+        parameter, takes `**kwargs`, or would take one config key twice (a parameter and a
+        dataclass field of the same name, or one field in two dataclass parameters).
       TypeError: if `preset` is not callable.
     """
     if not callable(preset):
@@ -94,6 +239,7 @@ def register_algorithm(
             "name each setting as a keyword argument so validate_config can check the "
             "algorithm.* keys"
         )
+    preset_settings(preset)  # raises when two parameters would take one key
     ALGORITHMS[name] = preset
 
 
@@ -276,21 +422,25 @@ def prompt_format(
 def build_algorithm(config: ConfigDict, vocab_size: int | None = None) -> algorithms.Algorithm:
     """The `algorithm.name` preset with the `algorithm.*` settings; group size = n_samples.
 
-    Presets that take a `vocab_size` (DGPO's entropy gate) get the policy's; presets that take
-    `total_steps` (Entrocraft's schedules) get `train.steps`. The result's declared keys are
+    Keys that are fields of a dataclass parameter (`preset_settings`) build that parameter's
+    instance from the preset's default one (`preset_arguments`). Presets that take a
+    `vocab_size` (DGPO's entropy gate) get the policy's; presets that take `total_steps`
+    (Entrocraft's schedules) get `train.steps`. The result's declared keys are
     checked (`rljax.core.keys.check_algorithm`): a key read that nothing produces, or an extras
     key written that nothing reads (GPRL's clip scale under CISPO), is a ValueError.
     """
     a = config.algorithm
-    kwargs: dict[str, Any] = {k: v for k, v in a.items() if k != "name"}
+    values: dict[str, Any] = {k: v for k, v in a.items() if k != "name"}
     preset = ALGORITHMS[a.name]
+    accepted = preset_settings(preset)
     run_values = {"vocab_size": vocab_size, "total_steps": config.train.steps}
     for name, value in run_values.items():
-        if name in inspect.signature(preset).parameters and name not in kwargs:
+        if name in accepted and name not in values:
             if value is None:
                 raise ValueError(f"algorithm.name={a.name!r} needs the policy's {name}")
-            kwargs[name] = value
+            values[name] = value
     try:
+        kwargs = preset_arguments(preset, values)
         algorithm = preset(group_size=config.rollout.n_samples, **kwargs)
     except TypeError as err:  # a setting this algorithm does not take
         raise ValueError(f"algorithm settings do not fit algorithm.name={a.name!r}: {err}") from err

@@ -127,18 +127,18 @@ def test_rollout_correction_keys_follow_the_chosen_correction():
     assert "rollout_correction.name='tiss' is unknown; did you mean 'tis'?" in error_of(config)
 
 
-def test_algorithm_keys_follow_the_preset_and_its_forwarded_settings():
+def test_algorithm_keys_follow_the_preset_and_its_typed_settings():
     config = get_config()
-    # rloo forwards **ppo_settings to ppo_preset: PPO's clip and KL keys are its own.
+    # rloo takes ppo: PPOSettings, whose fields (PPO's clip and KL keys) are its keys.
     config.algorithm = {"name": "rloo", "clip_eps": 0.1, "kl_coef": 0.01}
     validate_config(config)
-    # mu_grpo forwards **regularizers to regularized_preset: aggregation, kl_coef, ...
+    # mu_grpo takes regularizers: Regularizers: aggregation, kl_coef, ...
     config.algorithm = {"name": "mu_grpo", "aggregation": "seq-mean-token-mean", "eps_low": 0.1}
     validate_config(config)
-    # gspo takes no **settings and no clip_eps.
+    # gspo takes no settings dataclass and no clip_eps.
     config.algorithm = {"name": "gspo", "clip_eps": 0.2}
     assert "unknown config key algorithm.clip_eps (for algorithm.name='gspo')" in error_of(config)
-    # dr_grpo passes aggregation to grpo itself: setting it would clash.
+    # dr_grpo sets grpo's aggregation itself: it is not a key.
     config.algorithm = {"name": "dr_grpo", "max_len": 5, "aggregation": "token-mean"}
     assert "algorithm.aggregation (for algorithm.name='dr_grpo')" in error_of(config)
     config.algorithm = {"name": "dr_grpo"}

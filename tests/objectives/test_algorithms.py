@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rljax.advantages.group import grpo_advantages
-from rljax.algorithms import grpo
+from rljax.algorithms import PPOSettings, grpo
 from rljax.core.batch import make_batch
 from rljax.core.transform import Context
 
@@ -50,7 +50,7 @@ def test_plain_grpo_has_only_the_surrogate():
 
 def test_grpo_with_kl_and_entropy_adds_terms():
     batch, loss, metrics = run(
-        grpo(group_size=2, kl_coef=0.1, entropy_coef=0.01, clip_eps_high=0.3)
+        grpo(group_size=2, ppo=PPOSettings(kl_coef=0.1, entropy_coef=0.01, clip_eps_high=0.3))
     )
     seq_adv = np.asarray(grpo_advantages(jnp.array(REWARDS), 2))
     np.testing.assert_allclose(batch.advantages, seq_adv[:, None] * MASK, rtol=1e-6)
@@ -65,7 +65,11 @@ def test_grpo_with_kl_and_entropy_adds_terms():
 
 def test_dr_grpo_configuration():
     batch, loss, _ = run(
-        grpo(group_size=2, normalize_std=False, aggregation="seq-mean-token-sum-norm", max_len=8)
+        grpo(
+            group_size=2,
+            normalize_std=False,
+            ppo=PPOSettings(aggregation="seq-mean-token-sum-norm", max_len=8),
+        )
     )
     np.testing.assert_allclose(batch.advantages[:2, 0], [0.5, -0.5])
     r = np.exp(NEW - OLD)

@@ -10,7 +10,7 @@ import optax
 import pytest
 from flax import nnx
 
-from rljax.algorithms import grpo
+from rljax.algorithms import PPOSettings, grpo
 from rljax.core.batch import make_batch
 from rljax.core.keys import extra
 from rljax.core.state import init_train_state
@@ -46,8 +46,8 @@ def rollout_batch(steps, state, prompts, mask):
     )
 
 
-def build(graphdef, params, update=UpdateConfig(), lr=1.0, **grpo_kwargs):
-    algorithm = grpo(group_size=ROLLOUT.n_samples, **grpo_kwargs)
+def build(graphdef, params, update=UpdateConfig(), lr=1.0, ppo=PPOSettings()):
+    algorithm = grpo(group_size=ROLLOUT.n_samples, ppo=ppo)
     optimizer = optax.sgd(lr)
     state = init_train_state(params, optimizer, algorithm.transform, jax.random.PRNGKey(0))
     return make_steps(graphdef, optimizer, algorithm, ROLLOUT, update), state
@@ -100,7 +100,7 @@ def test_gradient_accumulation_equals_the_full_minibatch(setup, aggregation):
             graphdef,
             params,
             UpdateConfig(microbatches=micro, vocab_chunk=7),
-            aggregation=aggregation,
+            ppo=PPOSettings(aggregation=aggregation),
         )
         batch = rollout_batch(steps, state, prompts, mask)
         state, batch, _ = steps.prepare(state, batch)
