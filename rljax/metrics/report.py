@@ -168,6 +168,47 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
 
+# The phases a step's time splits into (`rljax.train.timing`), as (name, key).
+PHASE_ROWS = (
+    ("rollout", "time/rollout_s"),
+    ("reward", "time/reward_s"),
+    ("old log-probs", "time/old_logprobs_s"),
+    ("update", "time/update_s"),
+    ("other", "time/other_s"),
+)
+_BAR_WIDTH = 40
+
+
+def _phase_chart(rl: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: mean seconds per phase over the steps after the first (the steady
+    state; the first step alone when there is no other) as a text bar chart, and the first
+    step's time and compile time apart."""
+    if not any("time/update_s" in r for r in rl):
+        return []
+    steady = rl[1:] or rl
+    means = {}
+    for name, key in PHASE_ROWS:
+        values = _finite([r.get(key) for r in steady if key in r])
+        means[name] = float(np.mean(values)) if values else 0.0
+    total = sum(means.values())
+    which = f"steps {steady[0]['step']}-{steady[-1]['step']}" if len(steady) > 1 else "one step"
+    lines = ["", "## Where the time goes", "", f"Mean seconds per phase over {which}:", ""]
+    lines += ["```"]
+    for name, mean in means.items():
+        share = mean / total if total > 0 else 0.0
+        bar = "#" * round(_BAR_WIDTH * share)
+        lines.append(f"{name:<14} {bar:<{_BAR_WIDTH}} {mean:8.3f} s {100 * share:5.1f}%")
+    lines += ["```", ""]
+    first = rl[0]
+    compile_s = _finite([r.get("time/compile_s") for r in steady if "time/compile_s" in r])
+    lines.append(
+        f"- First step (step {first['step']}): {_fmt(first.get('time/step_s') or 0.0)} s, of"
+        f" which {_fmt(first.get('time/compile_s') or 0.0)} s compiling; later steps compile"
+        f" {_fmt(float(np.mean(compile_s)) if compile_s else 0.0)} s on average"
+    )
+    return lines
+
+
 def _markdown(records: list[dict[str, Any]], run_dir: str, last_n: int, missing: list[str]) -> str:
     rl = [r for r in records if r["step"] >= 1]
     sft = [r for r in records if r["step"] < 0 and "sft/loss" in r]
@@ -217,6 +258,8 @@ def _markdown(records: list[dict[str, Any]], run_dir: str, last_n: int, missing:
     else:
         lines.append("None of the summary metrics was logged in these steps.")
 
+    lines += _phase_chart(rl)
+
     if any("guard/skipped" in r for r in rl):
         _, shares = _series(rl, "guard/skipped")
         shares = _finite(shares)
@@ -259,8 +302,10 @@ def write_report(run_dir: str, out_dir: str | None = None, last_n: int = 10) -> 
     markers); panels with no data are left out and named in the Markdown. Values logged as
     null (non-finite) are gaps. The Markdown gives the run dir, steps run, the first, last
     and best held-out accuracy with their steps, the means over the last `last_n` RL steps of
-    SUMMARY_ROWS (over their finite values), the guard's skipped updates, reward-function
-    failures, the wall time (the sum of time/step_s) and the run's config.json.
+    SUMMARY_ROWS (over their finite values), where the time goes (a bar chart of the mean
+    seconds per step phase after the first step, and the first step's compile time), the
+    guard's skipped updates, reward-function failures, the wall time (the sum of time/step_s)
+    and the run's config.json.
 
     Args:
       run_dir: a run directory holding metrics.jsonl (the trainer's `config.run_dir`).

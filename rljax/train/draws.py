@@ -18,6 +18,7 @@ wraps another draw and adds one method's need, so they compose like transforms:
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,6 +37,7 @@ from rljax.train.host_batch import HostBatch
 from rljax.train.lope import LoPERescue
 from rljax.train.scoring import Scorer, score_rollout, score_rollout_tokens
 from rljax.train.staleness import Policies
+from rljax.train.timing import add_time, timed
 
 # (state, prompt_tokens [N, P], prompt_mask [N, P], attempt) -> Rollout of N * G rows.
 RolloutFn = Callable[[TrainState, np.ndarray, np.ndarray, int], Rollout]
@@ -79,10 +81,14 @@ class RolloutDraw:
     def __call__(self, policies: Policies, step: int, attempt: int) -> Drawn:
         del step  # the rollout's key comes from the state's step and the attempt
         prompts = next(self.data)
-        out = self.rollout(
-            policies.sampler, prompts["prompt_tokens"], prompts["prompt_mask"], attempt
+        out, rollout_s = timed(
+            self.rollout,
+            policies.sampler,
+            prompts["prompt_tokens"],
+            prompts["prompt_mask"],
+            attempt,
         )
-        g, token_rewards = self.group_size, None
+        start, g, token_rewards = time.perf_counter(), self.group_size, None
         completions = (self.task, self.tokenizer, prompts, out.completion_tokens)
         if self.token_level:
             rewards, token_rewards, failures = score_rollout_tokens(
@@ -94,6 +100,8 @@ class RolloutDraw:
         if token_rewards is not None:
             rows = rows.with_rows(token_rewards=token_rewards)
         metrics = {f"reward/failures_{k}": float(v) for k, v in failures.items()}
+        metrics["time/rollout_s"] = rollout_s
+        metrics["time/reward_s"] = time.perf_counter() - start
         return Drawn(prompts, rows, metrics)
 
     def step_metrics(self) -> dict[str, float]:
@@ -152,7 +160,8 @@ class WithRescue:
     def __call__(self, policies: Policies, step: int, attempt: int) -> Drawn:
         drawn = self.inner(policies, step, attempt)
         groups = drawn.rows.grouped()
-        rescued = self.lope(
+        rescued, seconds = timed(
+            self.lope,
             step,
             functools.partial(self.rollout, policies.current),
             functools.partial(self.logprobs, policies.current),
@@ -160,8 +169,10 @@ class WithRescue:
             groups,
             attempt,
         )
+        metrics = {**drawn.metrics, **rescued}
+        add_time(metrics, "time/rollout_s", seconds)  # mostly sampling; its scoring is cheap
         rows = HostBatch.from_groups(groups, drawn.rows.group_size)
-        return Drawn(drawn.prompts, rows, {**drawn.metrics, **rescued})
+        return Drawn(drawn.prompts, rows, metrics)
 
     def step_metrics(self) -> dict[str, float]:
         return self.inner.step_metrics()
@@ -193,7 +204,10 @@ class WithGreedyBaseline:
     def __call__(self, policies: Policies, step: int, attempt: int) -> Drawn:
         drawn = self.inner(policies, step, attempt)
         prompts = drawn.prompts
-        out = self.greedy(policies.current, prompts["prompt_tokens"], prompts["prompt_mask"])
+        out, rollout_s = timed(
+            self.greedy, policies.current, prompts["prompt_tokens"], prompts["prompt_mask"]
+        )
+        start = time.perf_counter()
         rewards, _ = score_rollout(
             self.task,
             self.tokenizer,
@@ -204,7 +218,11 @@ class WithGreedyBaseline:
             self.scorer,
         )
         baseline = np.repeat(np.asarray(rewards), drawn.rows.group_size)
-        return drawn._replace(rows=drawn.rows.with_rows(baseline_reward=baseline))
+        metrics = dict(drawn.metrics)
+        add_time(metrics, "time/rollout_s", rollout_s)
+        add_time(metrics, "time/reward_s", time.perf_counter() - start)
+        rows = drawn.rows.with_rows(baseline_reward=baseline)
+        return Drawn(prompts, rows, metrics)
 
     def step_metrics(self) -> dict[str, float]:
         return self.inner.step_metrics()

@@ -48,6 +48,7 @@ from rljax.train.host_batch import HostBatch
 from rljax.train.prompts import Prompts, train_prompts, warm_start
 from rljax.train.scoring import decode_completions
 from rljax.train.steps import make_steps
+from rljax.train.timing import STEP_PHASES, CompileClock, add_time, timed
 
 
 def train(
@@ -134,11 +135,14 @@ def train(
         collector.load(checkpointer.restore_driver(start))
     rows = PartitionSpec(DEFAULT_RULES["batch"])  # batch rows over the mesh's batch axes
 
-    def learn(state: TrainState, host: HostBatch) -> tuple[TrainState, dict[str, Any]]:
+    def learn(state: TrainState, host: HostBatch, phases: dict[str, float]):
+        """One update on a host batch -> (state, metrics); its seconds added to `phases`."""
         batch = to_global(host.to_batch(), mesh, rows)  # this process's rows -> global batch
         transform_state = state.transform_state
-        state, batch, prepare_metrics = steps.prepare(state, batch)
-        state, update_metrics = steps.update(state, batch)
+        (state, batch, prepare_metrics), seconds = timed(steps.prepare, state, batch)
+        add_time(phases, "time/old_logprobs_s", seconds)
+        (state, update_metrics), seconds = timed(steps.update, state, batch)
+        add_time(phases, "time/update_s", seconds)
         maybe_kill(done, "update", checkpointer.wait)
         metrics = {**prepare_metrics, **update_metrics}
         names = functools.partial(tensor_names, batch, state.params, state.critic)
@@ -147,11 +151,11 @@ def train(
             state = state.replace(transform_state=transform_state)
         return state, metrics
 
-    def learn_all(state: TrainState, batches: list[HostBatch]):
+    def learn_all(state: TrainState, batches: list[HostBatch], phases: dict[str, float]):
         """One update per batch; the per-key means of their metrics."""
         learned = []
         for host in batches:
-            state, metrics = learn(state, host)
+            state, metrics = learn(state, host, phases)
             learned.append(to_scalars(metrics))
         means = {k: float(np.mean([m[k] for m in learned])) for k in learned[0]} if learned else {}
         return state, means
@@ -166,32 +170,42 @@ def train(
         disable=not lead,
     )
     last_eval = {k: v for k, v in records[-1].items() if k.startswith("eval/")} if records else {}
-    for step in bar:
-        tick = time.perf_counter()
-        done = step + 1
-        fresh, replay, metrics = collector.collect(state, done)
-        maybe_kill(done, "rollout", checkpointer.wait)
-        if samples is not None and fresh:
-            samples.write(done, sample_groups(fresh[0], tokenizer, samples_logged))
-        state, learned = learn_all(state, fresh)
-        metrics.update(learned)
-        state, learned = learn_all(state, replay)
-        metrics.update({f"replay/{k}": v for k, v in learned.items()})
-        tokens = sum(float(allgather(b.rows["completion_mask"]).sum()) for b in fresh)
-        jax.block_until_ready(state.step)
-        seconds = time.perf_counter() - tick
-        metrics.update({"time/step_s": seconds, "time/tokens_per_s": tokens / seconds})
-        if done % t.eval_every == 0 or done == t.steps:
-            last_eval = run_eval(state.params)
-            metrics.update(last_eval)
-        log(done, metrics)
-        shown = {k: records[-1][k] for k in ("reward/mean", "entropy") if k in records[-1]}
-        shown.update(last_eval)
-        bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if k != "eval/reward"})
-        if done % t.checkpoint_every == 0 or done == t.steps:
-            checkpointer.save(done, state, data.get_state(), collector.state() or None)
-            maybe_kill(done, "checkpoint")  # crash-safety tests: mid-write ...
-            maybe_kill(done, "saved", checkpointer.wait)  # ... or once it is on disk
+    with CompileClock() as compile_clock:
+        for step in bar:
+            tick = time.perf_counter()
+            compile_clock.take()  # from here on: this step's compilations
+            done = step + 1
+            fresh, replay, metrics = collector.collect(state, done)
+            maybe_kill(done, "rollout", checkpointer.wait)
+            if samples is not None and fresh:
+                samples.write(done, sample_groups(fresh[0], tokenizer, samples_logged))
+            phases = {k: metrics.pop(k, 0.0) for k in ("time/rollout_s", "time/reward_s")}
+            state, learned = learn_all(state, fresh, phases)
+            metrics.update(learned)
+            state, learned = learn_all(state, replay, phases)
+            metrics.update({f"replay/{k}": v for k, v in learned.items()})
+            tokens = sum(float(allgather(b.rows["completion_mask"]).sum()) for b in fresh)
+            jax.block_until_ready(state.step)
+            seconds = time.perf_counter() - tick
+            metrics.update({k: phases.get(k, 0.0) for k in STEP_PHASES})
+            metrics["time/other_s"] = seconds - sum(phases.values())
+            metrics.update({"time/step_s": seconds, "time/tokens_per_s": tokens / seconds})
+            metrics["time/compile_s"] = compile_clock.take()
+            if done % t.eval_every == 0 or done == t.steps:
+                last_eval, metrics["time/eval_s"] = timed(run_eval, state.params)
+                metrics.update(last_eval)
+            saving = done % t.checkpoint_every == 0 or done == t.steps
+            if saving:  # asynchronous: the time the loop waits for the write to start
+                start_save = time.perf_counter()
+                checkpointer.save(done, state, data.get_state(), collector.state() or None)
+                metrics["time/checkpoint_s"] = time.perf_counter() - start_save
+            log(done, metrics)
+            shown = {k: records[-1][k] for k in ("reward/mean", "entropy") if k in records[-1]}
+            shown.update(last_eval)
+            bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if k != "eval/reward"})
+            if saving:
+                maybe_kill(done, "checkpoint")  # crash-safety tests: mid-write ...
+                maybe_kill(done, "saved", checkpointer.wait)  # ... or once it is on disk
     checkpointer.wait()
     checkpointer.close()
     for sink in (writer, samples):

@@ -12,6 +12,7 @@ so a resumed run continues exactly.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -30,6 +31,7 @@ from rljax.rollout.sampler import Rollout
 from rljax.train.collector import Collection
 from rljax.train.host_batch import HostBatch
 from rljax.train.scoring import Scorer, rollout_metrics, score_rollout
+from rljax.train.timing import add_time, timed
 
 # (state, prompt_tokens [N, P], prompt_mask [N, P], attempt) -> Rollout of N * samples rows.
 RolloutFn = Callable[[TrainState, jax.Array, jax.Array, int], Rollout]
@@ -89,8 +91,15 @@ class UECCollector:
         self.batch_buffer = RowBuffer(2 * batch_rows)
         self.replay_buffer = RowBuffer(int(settings.replay_capacity * batch_rows))
 
-    def _sample(self, rollout: Callable[..., Rollout], prompts: dict, samples: int):
-        out = rollout(jnp.asarray(prompts["prompt_tokens"]), jnp.asarray(prompts["prompt_mask"]))
+    def _sample(
+        self, rollout: Callable[..., Rollout], prompts: dict, samples: int, times: dict
+    ) -> tuple[Rows, dict[str, int]]:
+        """Rows of `samples` completions per prompt with their GRPO advantages; the sampling
+        and scoring seconds are added to `times`."""
+        tokens, mask = jnp.asarray(prompts["prompt_tokens"]), jnp.asarray(prompts["prompt_mask"])
+        out, seconds = timed(rollout, tokens, mask)
+        add_time(times, "time/rollout_s", seconds)
+        start = time.perf_counter()
         rewards, failures = score_rollout(
             self.task,
             self.tokenizer,
@@ -102,6 +111,7 @@ class UECCollector:
         )
         advantages = np.asarray(grpo_advantages(jnp.asarray(rewards), samples), np.float32)
         rows = HostBatch.from_rollout(out, prompts["index"], rewards, samples).rows
+        add_time(times, "time/reward_s", time.perf_counter() - start)
         return {**rows, "sequence_advantage": advantages}, failures
 
     def _kept(self, rows: Rows, threshold: float) -> tuple[Rows, np.ndarray]:
@@ -130,7 +140,8 @@ class UECCollector:
         explore_rollout = functools.partial(self.explore_rollout, state, attempt=2 * step + 1)
         s, g = self.settings, self.n_samples
         prompts = next(self.data)
-        rows, failures = self._sample(rollout, prompts, g)
+        times: dict[str, float] = {}
+        rows, failures = self._sample(rollout, prompts, g, times)
         metrics = rollout_metrics(rows["rewards"], rows["completion_mask"])
         metrics.update({f"reward/failures_{k}": float(v) for k, v in failures.items()})
         hard = hard_prompts(rows["rewards"], g, s.hard_reward_threshold)
@@ -149,6 +160,7 @@ class UECCollector:
                 explore_rollout,
                 {k: np.asarray(v)[padded] for k, v in prompts.items()},
                 s.explore_samples,
+                times,
             )
             real = np.repeat(np.arange(len(padded)) < len(ids), s.explore_samples)
             extra = {k: v[real] for k, v in extra.items()}
@@ -170,7 +182,7 @@ class UECCollector:
         metrics["uec/replay_buffer"] = float(len(self.replay_buffer))
         replays = self.replay_batches(step)
         metrics["uec/replay_updates"] = float(len(replays))
-        return Collection(batches, replays, metrics)
+        return Collection(batches, replays, {**metrics, **times})
 
     def replay_batches(self, step: int) -> list[HostBatch]:
         """The replay update's batches at `step` (every `replay_every` steps, else none).

@@ -124,3 +124,26 @@ def test_cli_errors_are_one_line_naming_the_path(tmp_path, capsys, case):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(run) in err
     assert not (run / "report.png").exists()
+
+
+def test_the_phase_chart_shows_the_steady_means_and_the_first_step(tmp_path):
+    phases = {
+        "time/rollout_s": 2.0,
+        "time/reward_s": 0.5,
+        "time/old_logprobs_s": 1.0,
+        "time/update_s": 6.0,
+        "time/other_s": 0.5,
+    }
+    first = {"step": 1, **{k: 10 * v for k, v in phases.items()}}
+    first.update({"time/step_s": 100.0, "time/compile_s": 80.0})
+    later = [{"step": s, **phases, "time/step_s": 10.0, "time/compile_s": 0.0} for s in (2, 3)]
+    with open(tmp_path / "metrics.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in [first, *later])
+    _, md = write_report(str(tmp_path))
+    text = open(md).read()
+    assert "## Where the time goes" in text and "steps 2-3" in text
+    rows = {line.split()[0]: line for line in text.splitlines() if line.endswith("%")}
+    # The steady means (not the first step's) and their shares of the 10 s step.
+    assert rows["update"].endswith("6.000 s  60.0%") and "#" * 24 + " " in rows["update"]
+    assert rows["rollout"].endswith("2.000 s  20.0%")
+    assert "First step (step 1): 100 s, of which 80 s compiling" in text

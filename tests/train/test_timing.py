@@ -1,0 +1,51 @@
+"""Phase timings: the step's phases add up to it, compile time is measured, eval and
+checkpoints are timed apart."""
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs.grpo_addition import get_config
+from rljax.train.loop import train
+from rljax.train.timing import STEP_PHASES, CompileClock, add_time, timed
+
+
+def test_timed_waits_for_the_result_and_add_time_sums():
+    out, seconds = timed(lambda: time.sleep(0.05) or jnp.ones(3))
+    assert seconds >= 0.05 and np.asarray(out).sum() == 3
+    metrics = {}
+    add_time(metrics, "time/x_s", 1.5)
+    add_time(metrics, "time/x_s", 0.5)
+    assert metrics == {"time/x_s": 2.0}
+
+
+def test_compile_clock_counts_compilations_only_while_open():
+    with CompileClock() as clock:
+        jax.jit(lambda x: jnp.cos(x) * 3.0)(jnp.ones(7)).block_until_ready()
+        first = clock.take()
+        assert first > 0 and clock.take() == 0.0  # take() starts a new interval
+    jax.jit(lambda x: jnp.sin(x) * 5.0)(jnp.ones(9)).block_until_ready()  # closed: not counted
+    assert clock.take() == 0.0
+
+
+def test_the_phases_add_up_to_the_step(tmp_path):
+    config = get_config()
+    config.model.update(d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)
+    config.sft.steps = 0
+    config.task.eval_size = 8
+    config.rollout.n_samples = 2
+    config.train.update(steps=2, prompts_per_step=8, eval_every=2, checkpoint_every=2)
+    config.run_dir = str(tmp_path / "run")
+    records = {r["step"]: r for r in train(config)}
+    for step in (1, 2):
+        r = records[step]
+        phases = [r[k] for k in STEP_PHASES]
+        assert min(phases) >= 0 and r["time/other_s"] >= -1e-6
+        assert sum(phases) + r["time/other_s"] == pytest.approx(r["time/step_s"], abs=1e-6)
+    assert records[1]["time/compile_s"] > 0  # the first step compiles the sampler and update
+    assert records[1]["time/rollout_s"] > 0 and records[1]["time/update_s"] > 0
+    assert "time/eval_s" not in records[1] and records[2]["time/eval_s"] > 0
+    assert "time/checkpoint_s" not in records[1] and records[2]["time/checkpoint_s"] >= 0
