@@ -26,6 +26,7 @@ from ml_collections import config_flags
 from launchers.flags import parse_flags
 from rljax.config import validate_config
 from rljax.train.builders import build_task
+from rljax.train.compile_cache import enable_compilation_cache
 from rljax.train.evaluation import restore_policy, sample_eval
 from rljax.train.prompts import Prompts
 
@@ -55,6 +56,7 @@ def run(config) -> tuple[dict, str]:
     if dropped:
         logging.warning("pass@%s left out: k > n_samples=%d", dropped, _N_SAMPLES.value)
     config = validate_config(config)
+    enable_compilation_cache(config.train.compilation_cache)
     step, tokenizer, graphdef, params = restore_policy(config, _STEP.value)
     task = build_task(config)
     prompts = Prompts.from_config(config, tokenizer)

@@ -253,6 +253,11 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
             "prompt groups per step written to run_dir/samples.jsonl (-1: every group, 0: none)",
             min=-1,
         ),
+        "compilation_cache": Key(
+            "~/.cache/rljax/jax",
+            "JAX's persistent compilation cache directory, so a restart compiles nothing twice "
+            '(JAX_COMPILATION_CACHE_DIR wins when set; "": off)',
+        ),
     },
     # -1 takes all remaining devices.
     "mesh": {

@@ -41,6 +41,7 @@ from rljax.train.builders import (
 from rljax.train.checkpoint import Checkpointer
 from rljax.train.collection import build_collector, check_multi_process
 from rljax.train.collector import Collector
+from rljax.train.compile_cache import enable_compilation_cache
 from rljax.train.evaluation import greedy_eval
 from rljax.train.faults import maybe_kill
 from rljax.train.guard import SkipGuard, tensor_names
@@ -63,6 +64,7 @@ def train(
     """
     config = validate_config(config)
     t = config.train
+    enable_compilation_cache(t.compilation_cache)
     mesh = build_mesh(config)  # its fit to the devices and batch sizes: validate_config
     multi = jax.process_count() > 1
     if multi:
