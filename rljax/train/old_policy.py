@@ -24,6 +24,14 @@ What reads the old policy before the update (the keys come from `rljax.core.keys
   - a critic that is a value head on the policy (its values read the policy's hidden states);
     a critic with its own trunk runs its own pass and needs no policy pass;
   - a transform with undeclared reads: it may read any of the above.
+
+Metrics: every name is logged in every mode. When prepare runs the pass, "entropy",
+"kl_to_ref", "mismatch/*" (trainer vs sampler) and "entropy/cov_logp_adv" are measured there
+on the trainer's log-probs (under "sampler" too: the mismatch stays the trainer's gap to the
+sampler, not 0). Without the pass the update measures them from its first epoch's detached
+forward passes, each row once: on-policy that is the pre-update policy itself (the same values
+to float32 rounding); under "sampler" with several minibatches, the rows of minibatch k are
+measured after k optimizer steps.
 """
 
 from __future__ import annotations
