@@ -234,6 +234,14 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
             max=1,
             hint="0: off",
         ),
+        "old_logprobs": Key(
+            "auto",
+            'the old policy\'s log-probs: "recompute" (a forward pass before the update), '
+            '"sampler" (the sampler\'s log-probs, any epochs/minibatches) or "auto" (on-policy, '
+            "1 epoch x 1 minibatch: the update's detached log-probs, no extra pass, unless a "
+            "transform or statistic reads the old policy; else recompute)",
+            choices=("auto", "recompute", "sampler"),
+        ),
         "eval_every": Key(50, "steps between held-out evals", min=1),
         "checkpoint_every": Key(50, "steps between checkpoints", min=1),
         "max_checkpoints": Key(2, "checkpoints kept", min=1),

@@ -578,7 +578,8 @@ def build_lope_rollout_config(
 
 
 def build_update_config(config: ConfigDict) -> UpdateConfig:
-    """Epochs, minibatches, micro-batches, the vocabulary chunk and packing from `train.*`."""
+    """Epochs, minibatches, micro-batches, the vocabulary chunk, packing and the old policy's
+    log-probs from `train.*`."""
     t = config.train
     return UpdateConfig(
         epochs=t.epochs,
@@ -586,6 +587,7 @@ def build_update_config(config: ConfigDict) -> UpdateConfig:
         microbatches=t.microbatches,
         vocab_chunk=t.vocab_chunk,
         pack_ratio=t.pack_ratio,
+        old_logprobs=t.old_logprobs,
     )
 
 

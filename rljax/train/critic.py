@@ -43,7 +43,7 @@ def init_critic(d_model: int, trunk: nnx.State | None = None) -> Critic:
 def critic_values(
     critic: Critic,
     trunk_graphdef: nnx.GraphDef | None,
-    policy: PolicyStates,
+    policy: PolicyStates | None,
     prompt_tokens: jax.Array,
     prompt_mask: jax.Array,
     completion_tokens: jax.Array,
@@ -54,7 +54,8 @@ def critic_values(
     Args:
       critic: parameters from `init_critic`.
       trunk_graphdef: graph of the critic's own Transformer, or None to use `policy`'s states.
-      policy: the policy's teacher-forced pass (`policy_states`) over the same batch.
+      policy: the policy's teacher-forced pass (`policy_states`) over the same batch; None
+        for a critic with its own trunk (it runs its own pass).
       prompt_tokens, prompt_mask, completion_tokens, completion_mask: the batch.
 
     Returns:
@@ -65,8 +66,11 @@ def critic_values(
             "critic parameters and trunk_graphdef disagree: a critic with its own trunk needs "
             "the trunk's graphdef, a value head on the policy needs trunk_graphdef=None"
         )
-    hidden = policy.completion_hidden
-    if trunk_graphdef is not None:
+    if trunk_graphdef is None:
+        if policy is None:
+            raise ValueError("a value head on the policy needs the policy's pass (policy=None)")
+        hidden = policy.completion_hidden
+    else:
         hidden = policy_states(
             trunk_graphdef,
             critic["trunk"],

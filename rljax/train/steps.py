@@ -6,6 +6,10 @@
   logprobs(state, prompt_tokens, prompt_mask, completion_tokens, completion_mask) -> [B, T]
                                                                    (host-side rescoring: DARE, LoPE)
 
+Where the old log-probs come from is `UpdateConfig.old_logprobs` (`rljax.train.old_policy`): a
+forward pass in `prepare` ("recompute"), the sampler's log-probs ("sampler"), or, on-policy,
+the update's own detached forward pass ("auto"; `prepare` then runs no policy pass).
+
 Rewards are computed on the host between `rollout` and `prepare`. Each step takes its
 randomness from `state.rng` folded with `state.step` and a per-step salt, so a resumed run
 repeats a straight one exactly.
@@ -21,6 +25,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+from absl import logging
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -41,6 +46,7 @@ from rljax.rollout.sampling import SamplingParams
 from rljax.train.critic import critic_values
 from rljax.train.guard import all_finite, first_nonfinite, named_tensors
 from rljax.train.logprobs import PolicyStates, policy_states, token_stats
+from rljax.train.old_policy import OLD_LOGPROBS_MODES, PREPARE, UPDATE, old_policy_plan
 from rljax.train.packing import pack_plan
 from rljax.train.statistics import TOKEN_STATISTICS, StatisticInputs, compute_statistics
 
@@ -85,6 +91,12 @@ class UpdateConfig:
       pack_ratio: 0, or the trainer's forward passes pack each (micro)batch's sequences into
         ceil(pack_ratio x rows) rows when they fit (`rljax.train.packing`: the same results,
         less padding computed; the unpacked pass when they do not fit).
+      old_logprobs: where the old policy's log-probs come from, one of `OLD_LOGPROBS_MODES`:
+        "recompute" (a forward pass in prepare), "sampler" (`batch.rollout_logprobs`, any
+        schedule) or "auto" (on-policy, 1 epoch x 1 minibatch: the update's own detached
+        log-probs and no policy pass in prepare, unless a transform, statistic or value head
+        reads the old policy before the update; off-policy: "recompute").
+        `rljax.train.old_policy` says what reads the old policy and where the metrics move.
     """
 
     epochs: int = 1
@@ -92,6 +104,7 @@ class UpdateConfig:
     microbatches: int = 1
     vocab_chunk: int = 8192
     pack_ratio: float = 0.0
+    old_logprobs: str = "auto"
 
     def __post_init__(self):
         for name in ("epochs", "minibatches", "microbatches", "vocab_chunk"):
@@ -100,6 +113,11 @@ class UpdateConfig:
         if not 0.0 <= self.pack_ratio <= 1.0:
             raise ValueError(
                 f"UpdateConfig.pack_ratio={self.pack_ratio} must be in [0, 1] (0: off)"
+            )
+        if self.old_logprobs not in OLD_LOGPROBS_MODES:
+            raise ValueError(
+                f"UpdateConfig.old_logprobs={self.old_logprobs!r} is unknown; use one of "
+                f"{OLD_LOGPROBS_MODES}"
             )
 
 
@@ -151,6 +169,16 @@ def make_steps(
     """
     check_algorithm(algorithm)
     cfg = update_config
+    plan = old_policy_plan(
+        cfg.old_logprobs, algorithm, cfg.epochs, cfg.minibatches, critic_graphdef is not None
+    )
+    logging.info(
+        "old log-probs (train.old_logprobs=%r): from %s, %s prepare pass (%s)",
+        cfg.old_logprobs,
+        plan.source,
+        "a" if plan.prepare_pass else "no",
+        plan.reason,
+    )
     chunk = cfg.vocab_chunk
     wanted = algorithm.batch_stats
     needs_reference = algorithm.needs_reference
@@ -182,7 +210,7 @@ def make_steps(
         out = token_stats(policy.completion_hidden, policy.head, batch.completion_tokens, chunk)
         return jax.tree.map(lambda x: jnp.where(batch.completion_mask, x, 0.0), out)
 
-    def values(critic, policy: PolicyStates, batch: Batch) -> jax.Array:
+    def values(critic, policy: PolicyStates | None, batch: Batch) -> jax.Array:
         return critic_values(
             critic,
             critic_graphdef,
@@ -212,12 +240,34 @@ def make_steps(
             sampling=rc.sampling,
         )
 
-    def prepare(state: TrainState, batch: Batch):
+    def policy_metrics(batch: Batch, logprobs, entropy, ref_logprobs) -> Metrics:
+        """What the prepare step reports of the pre-update policy ([B, T] `logprobs`,
+        `entropy`; `batch` after the transforms)."""
         mask = batch.completion_mask
-        old = states(state.params, batch)
-        old_stats = stats(old, batch)
-        old_logprobs, old_entropy = old_stats.logprobs, old_stats.entropy
-        extras = {**batch.extras, "old_entropy": old_entropy}
+        return {
+            "entropy": masked_mean(entropy, mask),
+            "kl_to_ref": masked_mean(kl_penalty(logprobs, ref_logprobs, "k3"), mask),
+            # Sampler vs trainer policy: log-prob gaps, KL estimates, ESS (0, 0 and 1 up to
+            # numerics when both are the same policy at temperature 1; not so under quantized
+            # rollouts or other temperatures).
+            **mismatch_metrics(batch.replace(old_logprobs=logprobs)),
+            # Cui et al.'s first-order law: a natural-PG step of size eta changes the entropy
+            # by about -eta * this, so a positive value predicts falling entropy.
+            "entropy/cov_logp_adv": logprob_advantage_covariance(logprobs, batch.advantages, mask),
+        }
+
+    def prepare(state: TrainState, batch: Batch):
+        old, old_stats, extras = None, None, dict(batch.extras)
+        if plan.prepare_pass:
+            old = states(state.params, batch)
+            old_stats = stats(old, batch)
+            extras["old_entropy"] = old_stats.entropy
+        if plan.source == PREPARE:
+            old_logprobs = old_stats.logprobs
+        else:
+            # "sampler": the old policy. On-policy "auto": a stand-in that the update replaces
+            # by its own detached log-probs.
+            old_logprobs = batch.rollout_logprobs
         ref_logprobs, ref = old_logprobs, None
         if needs_reference and state.ref_params is None:
             raise ValueError(
@@ -228,8 +278,9 @@ def make_steps(
         if state.ref_params is not None:
             ref = states(state.ref_params, batch)
             ref_logprobs = stats(ref, batch).logprobs
-        inputs = StatisticInputs(batch, old, old_stats, ref, chunk)
-        extras.update(compute_statistics(wanted, inputs))
+        if plan.prepare_pass:
+            inputs = StatisticInputs(batch, old, old_stats, ref, chunk)
+            extras.update(compute_statistics(wanted, inputs))
         if algorithm.value_loss is not None:
             if state.critic is None:
                 raise ValueError(
@@ -242,22 +293,22 @@ def make_steps(
         batch, transform_state, metrics = algorithm.transform.apply(
             batch, state.transform_state, ctx
         )
+        if plan.prepare_pass:  # else the update measures them (its first epoch)
+            # The trainer's own log-probs, also under "sampler" (the sampler's are the old).
+            measured = old_stats.logprobs if plan.source != PREPARE else old_logprobs
+            ref_measured = ref_logprobs if ref is not None else measured
+            pre = policy_metrics(batch, measured, old_stats.entropy, ref_measured)
+        else:
+            pre = {}
+        cov = pre.pop("entropy/cov_logp_adv", None)  # keeps the metrics' order of old
         metrics = {
             **metrics,
-            "entropy": masked_mean(old_entropy, mask),
-            "kl_to_ref": masked_mean(kl_penalty(old_logprobs, ref_logprobs, "k3"), mask),
-            # Sampler vs trainer policy: log-prob gaps, KL estimates, ESS (0, 0 and 1 up to
-            # numerics when both are the same policy at temperature 1; not so under quantized
-            # rollouts or other temperatures).
-            **mismatch_metrics(batch),
+            **pre,
             # The sampler's quantization error per kind of kernel (quantized rollouts only).
             **rollout_error_metrics(state.params, rollout_config.weights),
-            # Cui et al.'s first-order law: a natural-PG step of size eta changes the entropy
-            # by about -eta * this, so a positive value predicts falling entropy.
-            "entropy/cov_logp_adv": logprob_advantage_covariance(
-                old_logprobs, batch.advantages, mask
-            ),
         }
+        if cov is not None:
+            metrics["entropy/cov_logp_adv"] = cov
         if cfg.pack_ratio and ROUTES_KEY not in batch.extras:
             valid = jnp.concatenate([batch.prompt_mask, batch.completion_mask], axis=1)
             metrics["pack/fits"] = pack_plan(valid, pack_rows(valid.shape[0])).fits.astype(
@@ -272,10 +323,20 @@ def make_steps(
             metrics["quant/aqn_sigma"] = rollout_config.weights.sigma(state.step)
         return state.replace(transform_state=transform_state), batch, metrics
 
-    def loss_fn(trainable, batch: Batch):
+    def loss_fn(trainable, batch: Batch, has_reference: bool = True):
         params, critic = trainable
         new = states(params, batch)
         new_stats = stats(new, batch)
+        if plan.source == UPDATE:
+            # On-policy "auto": this forward pass IS the old policy's, so its detached
+            # log-probs are the old ones (ratio exactly 1); without a reference the reference
+            # log-probs are the old ones, as in prepare.
+            old_logprobs = jax.lax.stop_gradient(new_stats.logprobs)
+            batch = batch.replace(
+                old_logprobs=old_logprobs,
+                ref_logprobs=batch.ref_logprobs if has_reference else old_logprobs,
+                extras={**batch.extras, "old_entropy": jax.lax.stop_gradient(new_stats.entropy)},
+            )
         loss, metrics = algorithm.objective(new_stats.logprobs, new_stats.entropy, batch)
         if algorithm.value_loss is not None:
             value_loss, value_metrics = algorithm.value_loss(values(critic, new, batch), batch)
@@ -296,11 +357,13 @@ def make_steps(
         order = jnp.stack([jax.random.permutation(k, rows) for k in keys])
         order = order.reshape(cfg.epochs * cfg.minibatches, cfg.microbatches, rows // per_step)
 
+        has_reference = state.ref_params is not None
+
         def microbatch(carry, ids):
             trainable, grads, loss, weight, first_bad = carry
             sub = jax.tree.map(lambda x: x[ids], batch)
             (sub_loss, (metrics, policy)), sub_grads = jax.value_and_grad(loss_fn, has_aux=True)(
-                trainable, sub
+                trainable, sub, has_reference
             )
             w = aggregation_denominator(sub.loss_weights, algorithm.aggregation)
             grads = jax.tree.map(lambda g, s: g + w * s, grads, sub_grads)
@@ -314,13 +377,18 @@ def make_steps(
                 ),
             )
             first_bad = jnp.where(first_bad >= 0, first_bad, bad)
-            return (trainable, grads, loss + w * sub_loss, weight + w, first_bad), metrics
+            carry = (trainable, grads, loss + w * sub_loss, weight + w, first_bad)
+            if plan.prepare_pass:
+                return carry, metrics
+            return carry, (metrics, jax.lax.stop_gradient(policy))
 
         def minibatch(carry, ids):
             (params, critic), (opt_state, critic_opt_state) = carry
             zeros = jax.tree.map(jnp.zeros_like, (params, critic))
             start = ((params, critic), zeros, 0.0, 0.0, jnp.int32(-1))
             (_, grads, loss, weight, first_bad), metrics = jax.lax.scan(microbatch, start, ids)
+            if not plan.prepare_pass:
+                metrics, policy = metrics
             scale = jnp.where(weight > 0, 1.0 / jnp.maximum(weight, 1e-30), 0.0)
             grads = jax.tree.map(lambda g: g * scale, grads)
             # The guard: a non-finite loss or gradient leaves params and optimizer state as
@@ -338,14 +406,27 @@ def make_steps(
                 metrics["value/grad_norm"] = optax.tree.norm(critic_grads)
             after = ((params, critic), (opt_state, critic_opt_state))
             carry = jax.tree.map(lambda a, b: jnp.where(finite, a, b), after, before)
-            return carry, (metrics, ~finite, first_bad)
+            if plan.prepare_pass:
+                return carry, (metrics, ~finite, first_bad)
+            return carry, (metrics, ~finite, first_bad, policy)
 
         trainable = (state.params, state.critic)
         opt_states = (state.opt_state, state.critic_opt_state)
-        ((params, critic), (opt_state, critic_opt_state)), (metrics, skipped, first_bad) = (
-            jax.lax.scan(minibatch, (trainable, opt_states), order)
+        ((params, critic), (opt_state, critic_opt_state)), outs = jax.lax.scan(
+            minibatch, (trainable, opt_states), order
         )
+        metrics, skipped, first_bad = outs[:3]
         metrics = jax.tree.map(jnp.mean, metrics)
+        if not plan.prepare_pass:
+            # The pre-update metrics that prepare did not measure, from the first epoch's
+            # forward passes (each row once): on-policy, the old policy itself.
+            def first_epoch(x):  # [E * MB, M, rows / (MB * M), ...] -> [rows, ...]
+                x = x[: cfg.minibatches].reshape((rows, *x.shape[3:]))
+                return jnp.zeros_like(x).at[order[: cfg.minibatches].reshape(rows)].set(x)
+
+            policy = jax.tree.map(first_epoch, outs[3])
+            ref = batch.ref_logprobs if has_reference else policy["logprobs"]
+            metrics.update(policy_metrics(batch, policy["logprobs"], policy["entropy"], ref))
         # The share of optimizer steps skipped, and the first skipped one's culprit.
         metrics["guard/skipped"] = skipped.mean(dtype=jnp.float32)
         metrics["guard/first_nonfinite"] = jnp.where(

@@ -116,6 +116,8 @@ RECIPE_BEFORE = {
 }
 # Keys the old recipe left out, whose defaults lived in rljax.train.validation's _OPTIONAL.
 OPTIONAL_BEFORE = {"critic.separate": False, "task.max_answer_len": 32}
+# Keys added after the old recipe, with their defaults.
+ADDED_SINCE = {"train.old_logprobs": "auto"}
 # Defaults that are not the recipe's choice (the recipe sets them).
 RECIPE_ONLY = {"run_dir"}
 
@@ -143,7 +145,7 @@ def test_default_config_equals_the_old_recipe_where_they_overlap():
 
 
 def test_the_recipe_is_the_old_recipe_plus_the_optional_defaults():
-    assert flat(get_config()) == {**flat(RECIPE_BEFORE), **OPTIONAL_BEFORE}
+    assert flat(get_config()) == {**flat(RECIPE_BEFORE), **OPTIONAL_BEFORE, **ADDED_SINCE}
 
 
 def test_every_key_has_a_one_line_doc_and_a_default_in_its_range():

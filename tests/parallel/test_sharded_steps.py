@@ -21,7 +21,7 @@ CONFIG = TransformerConfig(vocab_size=32, d_model=16, n_layers=1, n_heads=2, n_k
 ROLLOUT = RolloutConfig(max_new_tokens=4, n_samples=4, eos_id=1, pad_id=0)
 
 
-def one_iteration(mesh):
+def one_iteration(mesh, minibatches=2):
     graphdef, params = create_model(CONFIG, seed=0)
     algorithm, optimizer = grpo(group_size=4), optax.adam(1e-2)
     if mesh is not None:
@@ -32,7 +32,13 @@ def one_iteration(mesh):
         shardings = mesh_shardings(state, mesh)
         state = jax.device_put(state, shardings)
     steps = make_steps(
-        graphdef, optimizer, algorithm, ROLLOUT, UpdateConfig(minibatches=2), mesh, shardings
+        graphdef,
+        optimizer,
+        algorithm,
+        ROLLOUT,
+        UpdateConfig(minibatches=minibatches),
+        mesh,
+        shardings,
     )
     prompts = jnp.asarray([[0, 5, 6], [7, 8, 9], [0, 0, 4], [3, 2, 11]], jnp.int32)
     rollout = steps.rollout(state, prompts, prompts > 0)
@@ -51,9 +57,11 @@ def one_iteration(mesh):
     return rollout, state, {**prepare_metrics, **update_metrics}
 
 
-def test_sharded_iteration_matches_single_device():
-    rollout_1, state_1, metrics_1 = one_iteration(None)
-    rollout_8, state_8, metrics_8 = one_iteration(make_mesh(2, 2, 2))
+# 2 minibatches: the old log-probs from prepare's pass; 1: on-policy "auto", from the update's.
+@pytest.mark.parametrize("minibatches", [2, 1])
+def test_sharded_iteration_matches_single_device(minibatches):
+    rollout_1, state_1, metrics_1 = one_iteration(None, minibatches)
+    rollout_8, state_8, metrics_8 = one_iteration(make_mesh(2, 2, 2), minibatches)
     np.testing.assert_array_equal(rollout_1.completion_tokens, rollout_8.completion_tokens)
     for key in metrics_1:
         np.testing.assert_allclose(metrics_8[key], metrics_1[key], atol=1e-5, err_msg=key)

@@ -23,6 +23,9 @@ from rljax.train.steps import RolloutConfig, UpdateConfig, make_steps
 
 CONFIG = TransformerConfig(vocab_size=30, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)
 ROLLOUT = RolloutConfig(max_new_tokens=5, n_samples=4, eos_id=1, pad_id=0)
+# The prepare step's own forward pass of the old policy (on-policy "auto" runs none:
+# tests/train/test_old_policy.py).
+RECOMPUTE = UpdateConfig(old_logprobs="recompute")
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +49,7 @@ def rollout_batch(steps, state, prompts, mask):
     )
 
 
-def build(graphdef, params, update=UpdateConfig(), lr=1.0, ppo=PPOSettings()):
+def build(graphdef, params, update=RECOMPUTE, lr=1.0, ppo=PPOSettings()):
     algorithm = grpo(group_size=ROLLOUT.n_samples, ppo=ppo)
     optimizer = optax.sgd(lr)
     state = init_train_state(params, optimizer, algorithm.transform, jax.random.PRNGKey(0))
@@ -69,9 +72,10 @@ def test_prepare_scores_the_rollout_and_computes_group_advantages(setup):
     )
 
 
-def test_one_on_policy_sgd_step_is_the_policy_gradient(setup):
+@pytest.mark.parametrize("mode", ["recompute", "auto"])
+def test_one_on_policy_sgd_step_is_the_policy_gradient(setup, mode):
     graphdef, params, prompts, mask = setup
-    steps, state = build(graphdef, params, lr=0.1)
+    steps, state = build(graphdef, params, UpdateConfig(old_logprobs=mode), lr=0.1)
     batch = rollout_batch(steps, state, prompts, mask)
     state, batch, _ = steps.prepare(state, batch)
 
@@ -223,7 +227,7 @@ def test_quantized_rollout_weights_open_a_measured_mismatch(setup):
         state = init_train_state(params, optimizer, algorithm.transform, jax.random.PRNGKey(0))
         state = state.replace(step=state.step + 1)  # AQN's first stage (step 0) has no noise
         rollout = dataclasses.replace(ROLLOUT, weights=weights)
-        steps = make_steps(graphdef, optimizer, algorithm, rollout, UpdateConfig())
+        steps = make_steps(graphdef, optimizer, algorithm, rollout, RECOMPUTE)
         _, _, metrics = steps.prepare(state, rollout_batch(steps, state, prompts, mask))
         gaps[name] = metrics
     assert float(gaps["none"]["mismatch/abs_gap_mean"]) < 1e-5
@@ -295,7 +299,8 @@ def test_packed_prepare_and_update_equal_the_unpacked_ones(setup):
     )
     results = []
     for ratio in (0.0, 0.5):  # 8 sequences of <= 7 tokens fit in 4 rows of 10
-        steps, state = build(graphdef, params, UpdateConfig(pack_ratio=ratio), lr=0.1)
+        update = UpdateConfig(pack_ratio=ratio, old_logprobs="recompute")
+        steps, state = build(graphdef, params, update, lr=0.1)
         state, prepared, prepare_metrics = steps.prepare(state, batch)
         state, update_metrics = steps.update(state, prepared)
         results.append((prepared, prepare_metrics, update_metrics, state.params))
