@@ -117,7 +117,7 @@ RECIPE_BEFORE = {
 # Keys the old recipe left out, whose defaults lived in rljax.train.validation's _OPTIONAL.
 OPTIONAL_BEFORE = {"critic.separate": False, "task.max_answer_len": 32}
 # Keys added after the old recipe, with their defaults.
-ADDED_SINCE = {"train.old_logprobs": "auto"}
+ADDED_SINCE = {"train.old_logprobs": "auto", "train.compilation_cache": "~/.cache/rljax/jax"}
 # Defaults that are not the recipe's choice (the recipe sets them).
 RECIPE_ONLY = {"run_dir"}
 
