@@ -9,7 +9,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["rljax", "rljax.*", "launchers", "configs"]),
+    packages=find_packages(include=["rljax", "rljax.*"]),  # configs/, launchers/: repo folders
     install_requires=[
         "jax>=0.10.2",
         "flax>=0.12.8",

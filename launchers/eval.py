@@ -24,10 +24,10 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from launchers.flags import parse_flags
+from rljax.config import validate_config
 from rljax.train.builders import build_task
 from rljax.train.evaluation import restore_policy, sample_eval
 from rljax.train.prompts import Prompts
-from rljax.train.validation import validate_config
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Path to the training run's ml_collections config.", lock_config=True
@@ -54,7 +54,7 @@ def run(config) -> tuple[dict, str]:
     dropped = [k for k in ks if k > _N_SAMPLES.value]
     if dropped:
         logging.warning("pass@%s left out: k > n_samples=%d", dropped, _N_SAMPLES.value)
-    validate_config(config)
+    config = validate_config(config)
     step, tokenizer, graphdef, params = restore_policy(config, _STEP.value)
     task = build_task(config)
     prompts = Prompts.from_config(config, tokenizer)

@@ -33,7 +33,7 @@ from rljax.algorithms.seed_methods import (
     mu_grpo,
     otb,
     power_distillation,
-    sapo,
+    segment_po,
 )
 
 __all__ = [
@@ -51,7 +51,7 @@ __all__ = [
     "ppo",
     "remax",
     "mu_grpo",
-    "sapo",
+    "segment_po",
     "expthink",
     "lead",
     "dr_mas",

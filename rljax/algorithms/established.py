@@ -45,7 +45,12 @@ def grpo(
       clip_eps: lower (and, by default, upper) clip range.
       clip_eps_high: upper clip range; None means clip_eps.
       kl_coef: coefficient of the KL(pi || ref) loss.
-      kl_estimator: KL estimator ("k1", "k2", "k3", "low_var_kl").
+      kl_estimator: KL estimator ("k1", "k2", "k3", "low_var_kl"). The default "k3" is the
+        GRPO paper's unclamped estimator; verl's default `kl_loss_type="low_var_kl"` (and
+        verl's "k3", an alias of it) is k3 clamped to [-10, 10], so a ported verl config sets
+        "low_var_kl". "k3" stays the
+        default here because this preset implements the paper, and the clamp zeroes the
+        gradient of exactly the tokens farthest from the reference (pi/ref below ~0.09).
       entropy_coef: entropy bonus coefficient.
       normalize_std: divide group-centred rewards by the group std.
       aggregation: loss aggregation mode, shared by all loss terms.
@@ -96,9 +101,9 @@ def dapo(
     `eos_id` is given), GRPO advantages, clip-higher PPO with token-mean aggregation, no KL.
 
     The filter sees the unshaped rewards (DAPO filters on accuracy); the shaping runs before the
-    advantages. Refilling the batch with new groups is the driver's job
-    (`rollout.max_refill_rounds`, see `rljax.train.collector.refill`); groups still all-equal after it are
-    masked out by the filter.
+    advantages. Refilling the batch with new groups is the collector's job
+    (`rollout.max_refill_rounds`, see `rljax.train.collector.refill`); groups still all-equal
+    after it are masked out by the filter.
     """
     stages = [dynamic_sampling(group_size)]
     if eos_id is not None:

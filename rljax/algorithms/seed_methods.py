@@ -20,7 +20,7 @@ from rljax.algorithms.base import Algorithm, ppo_preset, regularized_preset
 from rljax.core.transform import chain
 from rljax.objectives.mu_grpo import mu_grpo as mu_grpo_objective
 from rljax.objectives.power_distillation import power_weighting, weighted_sft
-from rljax.objectives.sapo import sapo as sapo_objective
+from rljax.objectives.segment_po import segment_po as segment_po_objective
 
 
 def mu_grpo(
@@ -42,7 +42,7 @@ def mu_grpo(
     )
 
 
-def sapo(
+def segment_po(
     group_size: int,
     delimiter_ids: tuple[int, ...] = (10,),
     eps_low: float = 0.2,
@@ -50,9 +50,10 @@ def sapo(
     process_advantages: bool = False,
     **regularizers,
 ) -> Algorithm:
-    """SAPO ("Segment-Aligned Policy Optimization"): segment-level importance ratios and
-    advantages, segments ending at `delimiter_ids` (default: newline in byte and most BPE
-    vocabularies; pass your tokenizer's ids). The segment advantage is the mean token advantage
+    """segment_po ("Segment-Aligned Policy Optimization"; not the Soft Adaptive Policy
+    Optimization that verl and TRL call SAPO): segment-level importance ratios and advantages,
+    segments ending at `delimiter_ids` (default: newline in byte and most BPE vocabularies; pass
+    your tokenizer's ids). The segment advantage is the mean token advantage
     over the segment: GRPO's (constant per response) or, with `process_advantages`, IBPO's
     prefix-tree process advantages, which differ between segments. `regularizers` as in
     `regularized_preset`."""
@@ -62,7 +63,7 @@ def sapo(
         advantages = group_advantages(group_size)
     return regularized_preset(
         chain(advantages),
-        lambda agg, ml: sapo_objective(tuple(delimiter_ids), eps_low, eps_high, agg, ml),
+        lambda agg, ml: segment_po_objective(tuple(delimiter_ids), eps_low, eps_high, agg, ml),
         **regularizers,
     )
 

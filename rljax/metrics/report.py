@@ -21,14 +21,14 @@ import numpy as np
 
 from rljax.metrics.writers import read_metrics
 
-# The objectives' clip metrics: the share of tokens (sequences for GSPO, segments for SAPO)
+# The objectives' clip metrics: the share of tokens (sequences for GSPO, segments for segment_po)
 # whose clipped term is taken. A run logs the one of its objective.
 CLIP_KEYS = (
     "pg/clip_frac",
     "gspo/clip_frac",
     "gspo_token/clip_frac",
     "cispo/clip_frac",
-    "sapo/clip_frac",
+    "segment_po/clip_frac",
     "mu_grpo/clip_frac",
 )
 

@@ -7,7 +7,7 @@ from rljax.objectives.gspo import gspo, gspo_token, sequence_log_ratio
 from rljax.objectives.kl import KL_ESTIMATORS, kl_loss, kl_penalty, kl_reward_penalty
 from rljax.objectives.mu_grpo import mu_grpo, negative_advantage_veto
 from rljax.objectives.power_distillation import power_weighting, power_weights, weighted_sft
-from rljax.objectives.sapo import sapo, segment_ids
+from rljax.objectives.segment_po import segment_ids, segment_po
 from rljax.objectives.surrogate import ppo_clip
 from rljax.objectives.value import ValueLoss, clipped_value_loss
 
@@ -28,7 +28,7 @@ __all__ = [
     "power_weighting",
     "power_weights",
     "ppo_clip",
-    "sapo",
+    "segment_po",
     "segment_ids",
     "sequence_log_ratio",
     "valid_group_scale",

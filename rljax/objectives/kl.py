@@ -38,6 +38,10 @@ def kl_penalty(logprobs: jax.Array, ref_logprobs: jax.Array, estimator: str) -> 
                                        upper bound is ever active.
     For k3 and low_var_kl, x is clamped to [-20, 20] before exp.
 
+    Porting a verl config: verl's `kl_loss_type="low_var_kl"` (its default) and its alias
+    "k3" are both "low_var_kl" here, not "k3": rljax's "k3" is Schulman's unclamped
+    estimator, verl's clamps it to [-10, 10]. verl's "kl"/"k1" and "mse"/"k2" are "k1", "k2".
+
     Args:
       logprobs: [B, T] log-probs of the sampled tokens under pi.
       ref_logprobs: [B, T] log-probs of the same tokens under ref.
@@ -74,13 +78,17 @@ def kl_loss(
 ) -> Objective:
     """KL(pi_new || ref) as a loss term: coef * aggregate(kl_penalty(new, ref)).
 
-    As in GRPO (Shao et al. 2024, arXiv 2402.03300), which uses k3. The tokens
+    As in GRPO (Shao et al. 2024, arXiv 2402.03300), which uses k3 (unclamped; the default
+    here). verl's default KL loss, `kl_loss_type="low_var_kl"` (alias "k3" in verl), is k3
+    clamped to [-10, 10]: a verl config ports as `estimator="low_var_kl"`, not "k3" (see
+    `kl_penalty`). The tokens
     are sampled from the rollout policy, not pi_new, so the estimate is exact
     only on-policy. Aggregated with `batch.loss_weights`.
 
     Args:
       coef: KL coefficient beta (>= 0).
-      estimator: one of `KL_ESTIMATORS` ("low_var_kl" is verl's default for the KL loss).
+      estimator: one of `KL_ESTIMATORS` ("low_var_kl" is verl's default for the KL loss;
+        "k3" is the unclamped estimator of the GRPO paper).
       aggregation: loss aggregation mode.
       max_len: normaliser for "seq-mean-token-sum-norm".
 

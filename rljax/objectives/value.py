@@ -20,12 +20,15 @@ def clipped_value_loss(
     aggregation: str = "token-mean",
     max_len: int | None = None,
 ) -> ValueLoss:
-    """coef * 1/2 max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2), aggregated.
+    """coef * 1/2 max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2), aggregated.
 
     The targets R are `batch.extras["returns"]` and V_old `batch.extras["old_values"]`, both
     written by `rljax.advantages.gae.gae_advantages`. Clipping the new value to within c of the
     old one is PPO's value clipping (as in the OpenAI baselines PPO2 implementation); `clip=None`
-    gives the plain squared error. Aggregated with `batch.loss_weights` in the algorithm's mode.
+    gives the plain squared error. The clipped value is V itself inside the band (clipping V
+    into [V_old - c, V_old + c], not V_old + clip(V - V_old), which rounds away from V in
+    float32), so a token counts as clipped only when clipping changes its error. Aggregated
+    with `batch.loss_weights` in the algorithm's mode.
 
     Args:
       coef: value loss coefficient (> 0).
@@ -35,7 +38,8 @@ def clipped_value_loss(
 
     Returns:
       A `ValueLoss`. Metrics: "value/loss", "value/clip_frac" (fraction of valid tokens where
-      the clipped error is the larger), "value/error" (token mean of |V - R|).
+      the clipped error is the larger, i.e. V left the band away from R), "value/error"
+      (token mean of |V - R|).
     """
     if coef <= 0:
         raise ValueError(f"value loss coef={coef} must be > 0")
@@ -56,7 +60,7 @@ def clipped_value_loss(
         valid = batch.completion_mask.astype(jnp.float32)
         metrics = {"value/error": aggregate(jnp.abs(new_values - returns), valid, "token-mean")}
         if clip is not None:
-            clipped = old_values + jnp.clip(new_values - old_values, -clip, clip)
+            clipped = jnp.clip(new_values, old_values - clip, old_values + clip)
             err_clipped = (clipped - returns) ** 2
             metrics["value/clip_frac"] = aggregate(
                 (err_clipped > err).astype(jnp.float32), valid, "token-mean"

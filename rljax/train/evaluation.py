@@ -80,7 +80,7 @@ def restore_policy(
     """A training run's policy, from `run_dir/checkpoints`, placed on the run's mesh.
 
     Args:
-      config: the training run's config (validated: `rljax.train.validate_config`).
+      config: the training run's config (validated: `rljax.config.validate_config`).
       step: the checkpoint's step; None the newest; 0 the model as `model.*` builds it
         (before any training, without the SFT warm start), needing no checkpoint.
 

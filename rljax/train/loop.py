@@ -21,6 +21,7 @@ from jax.sharding import PartitionSpec
 from ml_collections import ConfigDict
 from tqdm.auto import tqdm
 
+from rljax.config import validate_config
 from rljax.core.state import TrainState
 from rljax.metrics.writers import MetricsWriter, SamplesWriter, to_scalars
 from rljax.models.tokenizer import Tokenizer
@@ -45,12 +46,11 @@ from rljax.train.host_batch import HostBatch
 from rljax.train.prompts import Prompts, train_prompts, warm_start
 from rljax.train.scoring import decode_completions
 from rljax.train.steps import make_steps
-from rljax.train.validation import validate_config
 
 
 def train(config: ConfigDict) -> list[dict[str, float]]:
     """Runs (or resumes) SFT warm start + RL as the config says; returns the logged records."""
-    validate_config(config)
+    config = validate_config(config)
     t = config.train
     mesh = build_mesh(config)  # its fit to the devices and batch sizes: validate_config
     multi = jax.process_count() > 1
@@ -72,9 +72,9 @@ def train(config: ConfigDict) -> list[dict[str, float]]:
     if lead:  # the settings of the run beside its logs (rljax report shows them)
         with open(os.path.join(run_dir, "config.json"), "w", encoding="utf-8") as f:
             f.write(config.to_json_best_effort(indent=2, sort_keys=True))
-    samples_logged = t.get("log_samples", 0)
+    samples_logged = t.log_samples
     samples = SamplesWriter(run_dir, resume_step=start) if lead and samples_logged else None
-    guard = SkipGuard(t.get("max_consecutive_skips", 5))
+    guard = SkipGuard(t.max_consecutive_skips)
     records: list[dict[str, float]] = []
 
     def log(step: int, metrics: dict[str, Any]) -> None:

@@ -46,7 +46,7 @@ class Prompts:
         return cls(
             tokenizer,
             config.task.max_prompt_len,
-            config.task.get("max_answer_len", 32),
+            config.task.max_answer_len,
             *prompt_format(config, tokenizer),
         )
 
@@ -68,14 +68,14 @@ def train_prompts(config: ConfigDict, task: Task, prompts: Prompts):
     picks (HeaPA, DARE, or the curriculum over the task's difficulty levels) from a pool of the
     split's first `prompt_selection.pool_size` prompts."""
     batch_size = config.train.prompts_per_step
-    selection = config.get("prompt_selection")
-    if selection is None or selection.name == "none":
+    selection = config.prompt_selection
+    if selection.name == "none":
         dataset = prompts.dataset(task, "train", seed=config.seed, shard_index=0, shard_count=1)
         return HostRows(
             prompt_batches(dataset, batch_size), jax.process_index(), jax.process_count()
         )
     size = task.split_size("train")
-    pool_size = selection.get("pool_size", 0) or size
+    pool_size = selection.pool_size or size
     if pool_size is None:
         raise ValueError(
             f"task {config.task.name!r} has an unbounded train split; set "
@@ -83,7 +83,7 @@ def train_prompts(config: ConfigDict, task: Task, prompts: Prompts):
         )
     pool = prompts.dataset(task, "train", seed=None, num_examples=pool_size)
     if selection.name == "heapa":
-        selector = HeaPASelector(len(pool), config.seed, selection.get("low_fraction", 0.5))
+        selector = HeaPASelector(len(pool), config.seed, selection.low_fraction)
     elif selection.name == "dare":
         rows = batch_size * config.rollout.n_samples
         selector = DAREPromptSelector(len(pool), config.seed, build_dare_settings(config), rows)

@@ -17,7 +17,7 @@ from rljax.objectives.gspo import gspo
 from rljax.objectives.importance import apply_is_weight
 from rljax.objectives.mu_grpo import mu_grpo
 from rljax.objectives.power_distillation import weighted_sft
-from rljax.objectives.sapo import sapo
+from rljax.objectives.segment_po import segment_po
 from rljax.objectives.surrogate import ppo_clip
 
 B, T = 4, 6
@@ -36,7 +36,7 @@ TOKEN_LEVEL = {
     "mu_grpo": mu_grpo(),
     "weighted_sft": weighted_sft(),
 }
-ROW_LEVEL = {"gspo": gspo(eps_low=0.2, eps_high=0.2), "sapo": sapo(delimiter_ids=(3,))}
+ROW_LEVEL = {"gspo": gspo(eps_low=0.2, eps_high=0.2), "segment_po": segment_po(delimiter_ids=(3,))}
 
 
 def batch(is_weight=None):

@@ -30,11 +30,33 @@ def test_matches_numpy_token_mean():
     loss, metrics = clipped_value_loss(coef=0.5, clip=0.2)(
         jnp.asarray(new), make(returns, old, mask)
     )
-    clipped = old + np.clip(new - old, -0.2, 0.2)
+    clipped = np.clip(new, old - 0.2, old + 0.2)
     per = np.maximum((new - returns) ** 2, (clipped - returns) ** 2)
     np.testing.assert_allclose(loss, 0.5 * 0.5 * per[mask].mean(), rtol=1e-5)
     frac = ((clipped - returns) ** 2 > (new - returns) ** 2)[mask].mean()
     np.testing.assert_allclose(metrics["value/clip_frac"], frac, rtol=1e-6)
+
+
+def test_clip_frac_counts_only_values_outside_the_band_in_float32():
+    # Old and new values of very different magnitudes (old down to 1e-8, new ~0.1): in float32
+    # new - old rounds, so old + (new - old) != new for many tokens, and a clipped value built
+    # that way differs from new inside the band and would be counted as clipped. Half the
+    # tokens stay inside the band (|new - old| < 0.2 = clip), half move 1 outside it.
+    rng = np.random.default_rng(0)
+    shape = (8, 64)
+    old = rng.uniform(-0.1, 0.1, shape) * 10.0 ** -rng.integers(0, 9, size=shape)
+    inside = rng.random(shape) < 0.5
+    new = np.where(inside, rng.uniform(-0.1, 0.1, shape), old + rng.choice([-1.0, 1.0], shape))
+    old, new = old.astype(np.float32), new.astype(np.float32)
+    returns = rng.normal(size=shape).astype(np.float32)
+    assert np.any((old + (new - old)) != new)  # the rounding this test is about
+    mask = np.ones(shape, bool)
+    _, metrics = clipped_value_loss(coef=0.5, clip=0.2)(jnp.asarray(new), make(returns, old, mask))
+    new64, old64, ret64 = (x.astype(np.float64) for x in (new, old, returns))
+    clipped = np.clip(new64, old64 - 0.2, old64 + 0.2)
+    frac = ((clipped - ret64) ** 2 > (new64 - ret64) ** 2).mean()
+    assert 0 < frac < 0.5  # only tokens outside the band can be clipped
+    np.testing.assert_allclose(metrics["value/clip_frac"], frac, atol=1e-6)
 
 
 def test_clip_keeps_the_larger_error_and_stops_its_gradient():

@@ -42,8 +42,8 @@ OBJECTIVES = {
     **{f"kl_loss_{e}": obj.kl_loss(0.1, e) for e in obj.KL_ESTIMATORS},
     "mu_grpo": obj.mu_grpo(),
     "weighted_sft": obj.weighted_sft(),
-    "sapo": obj.sapo((0,)),
-    "sapo_none": obj.sapo(()),
+    "segment_po": obj.segment_po((0,)),
+    "segment_po_none": obj.segment_po(()),
     "sum": sum_objectives(obj.ppo_clip(), obj.kl_loss(0.1), obj.entropy_bonus(0.01)),
 }
 

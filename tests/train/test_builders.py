@@ -6,6 +6,7 @@ import pytest
 from flax import nnx
 
 from configs.grpo_addition import get_config
+from rljax.config import validate_config
 from rljax.core.batch import make_batch
 from rljax.core.transform import Context
 from rljax.models.tokenizer import ByteTokenizer
@@ -20,7 +21,6 @@ from rljax.train.builders import (
     build_task,
     prompt_format,
 )
-from rljax.train.validation import validate_config
 
 
 def tiny_config():

@@ -8,11 +8,11 @@ import pytest
 import rljax.train
 from configs.grpo_addition import get_config
 from rljax.algorithms import Algorithm
+from rljax.config import validate_config
 from rljax.core.batch import make_batch
 from rljax.core.transform import Context, stateless
 from rljax.objectives.surrogate import ppo_clip
 from rljax.train.builders import ALGORITHMS, build_algorithm, register_algorithm
-from rljax.train.validation import validate_config
 
 NAME = "test_scaled_centred"
 

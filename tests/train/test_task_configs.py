@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
+from rljax.config import validate_config
 from rljax.data import prompt_batches, prompt_dataset, sft_dataset
 from rljax.train.builders import build_policy, build_task
 from rljax.train.loop import train
-from rljax.train.validation import validate_config
 
 RECIPES = ["grpo_countdown", "grpo_logic", "grpo_gaussian_mixture"]
 
@@ -18,7 +18,7 @@ RECIPES = ["grpo_countdown", "grpo_logic", "grpo_gaussian_mixture"]
 def test_recipe_pipelines_hold_their_examples(name):
     config = importlib.import_module(f"configs.{name}").get_config()
     config.model.update(d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)
-    validate_config(config)
+    config = validate_config(config)
     tokenizer = build_policy(config)[0]
     task = build_task(config)
     t = config.task

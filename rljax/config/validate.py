@@ -3,14 +3,15 @@
 A researcher's slip (a typo'd key, a string where a count belongs, a group size that does not
 divide the batch, a mesh that does not match the devices) should stop the run at once with
 one line that names the key and says what to change, not minutes later inside XLA, and a
-typo'd key must not be silently ignored. `validate_config` is the one entry point.
+typo'd key must not be silently ignored. `validate_config` is the one entry point; it returns
+the complete config the driver reads, every key left out filled with its default.
 
-The schema is the full default config `configs/grpo_addition.py` (every key the driver reads,
-with its default, whose type is the expected type), plus the optional sections other configs
-add (`_OPTIONAL`). Three sections take keys that belong to what they name: `algorithm` (the
-preset's keyword arguments), `task` (the task's constructor) and `rollout_correction` (the
-correction's keyword arguments); those are checked against the callable's signature.
-Nothing here touches a device beyond `jax.device_count()`, loads weights or traces a function.
+The schema is `rljax.config.schema.SCHEMA` (every key the driver reads, with its default, whose
+type is the expected type, and its range). Three sections take keys that belong to what they
+name: `algorithm` (the preset's keyword arguments), `task` (the task's constructor) and
+`rollout_correction` (the correction's keyword arguments); those are checked against the
+callable's signature. Nothing here touches a device beyond `jax.device_count()`, loads
+weights or traces a function.
 """
 
 from __future__ import annotations
@@ -29,33 +30,12 @@ from typing import Any
 import jax
 from ml_collections import ConfigDict
 
-from configs.grpo_addition import get_config as reference_config
 from rljax import algorithms
 from rljax.algorithms.base import ppo_preset, regularized_preset
+from rljax.config.schema import OPEN_SECTIONS, SCHEMA, Key
 from rljax.data.tasks import TASKS
 from rljax.parallel.mesh import MESH_AXES
-from rljax.train.builders import (
-    ALGORITHMS,
-    FETCHABLE,
-    PROMPT_SELECTORS,
-    ROLLOUT_CORRECTIONS,
-    TASK_RUN_KEYS,
-    build_dare_settings,
-    build_lope_settings,
-    build_replay,
-    build_rollout_correction,
-    build_rollout_weights,
-    build_scorer,
-    scratch_model_config,
-    token_level_rewards,
-)
 
-# Optional sections/keys the driver reads that configs/grpo_addition.py leaves out, with their
-# defaults: the separate critic of PPO (build_train_state) and the answer budget of a task
-# (loop.Prompts).
-_OPTIONAL = {"critic": {"separate": False}, "task": {"max_answer_len": 32}}
-# Sections whose other keys are a callable's keyword arguments (see `_callable_parameters`).
-_OPEN_SECTIONS = ("algorithm", "task", "rollout_correction")
 # Where a preset's `**name` goes: the presets document `**ppo_settings` as ppo_preset's keywords
 # and `**regularizers` as regularized_preset's. dr_grpo forwards `**kwargs` to grpo, passing
 # normalize_std and aggregation itself (interpretation: read from their bodies, not inspectable).
@@ -67,28 +47,70 @@ _DRIVER_ARGUMENTS = {"algorithm": {"group_size": "rollout.n_samples"}, "task": {
 _RUN_ARGUMENTS = ("vocab_size", "total_steps")
 
 
-def validate_config(config: ConfigDict) -> None:
-    """Raises a one-line ValueError naming the config key and the fix, or returns None.
+def validate_config(config: ConfigDict) -> ConfigDict:
+    """The complete, checked run config, or a one-line ValueError naming the key and the fix.
 
     Checks, in order: unknown keys (with the closest valid key) and value types against the
     schema; the algorithm, task and rollout-correction settings against their signatures;
-    value ranges; the batch splits (group size, minibatches, micro-batches, mesh batch axes);
-    the mesh against `jax.device_count()`; prompt + completion length against a local
+    value ranges and choices; the batch splits (group size, minibatches, micro-batches, mesh
+    batch axes); the mesh against `jax.device_count()`; prompt + completion length against a local
     Hugging Face checkpoint's `max_position_embeddings`; and the feature combinations the
     driver does not support. Nothing is built on a device and nothing is compiled.
 
     Args:
-      config: a run config (e.g. `configs/grpo_addition.py: get_config()`).
+      config: a run config (e.g. `configs/grpo_addition.py: get_config()`); not modified.
+
+    Returns:
+      A copy of `config` with every key of `SCHEMA` that it leaves out at its default (in the
+      open sections only their own keys: the callables' settings default to their
+      signatures), ints of float keys as floats. Code reads this config and supplies no
+      default.
 
     Raises:
       ValueError: the first problem found, e.g. `unknown config key train.learing_rate; did
         you mean train.learning_rate?` or `train.steps='10' must be an int`.
     """
     _check_keys_and_types(config)
+    config = _complete(config)
     _check_ranges(config)
     _check_batch_splits(config, jax.device_count())
     _check_model(config)
     _check_combinations(config)
+    return config
+
+
+def _builders():
+    """rljax.train.builders, imported on first use: it imports rljax.train, whose driver
+    imports this module."""
+    from rljax.train import builders
+
+    return builders
+
+
+def _complete(config: ConfigDict) -> ConfigDict:
+    """A copy of `config` (already checked for keys and types) with every missing key of
+    `SCHEMA` at its default, schema keys first; float keys given as ints become floats."""
+    given = (config if isinstance(config, ConfigDict) else ConfigDict(config)).to_dict()
+    out: dict[str, Any] = {}
+    for name, entry in SCHEMA.items():
+        if isinstance(entry, Key):
+            out[name] = _as_declared(entry, given[name]) if name in given else entry.default
+            continue
+        values = dict(given.get(name) or {})
+        section = {
+            key: _as_declared(spec, values.pop(key)) if key in values else spec.default
+            for key, spec in entry.items()
+        }
+        out[name] = {**section, **values}  # an open section's callable settings
+    return ConfigDict(out)
+
+
+def _as_declared(spec: Key, value: Any) -> Any:
+    """`value` in the key's declared type where that is lossless (an int of a float key)."""
+    is_float = isinstance(spec.default, float)
+    if is_float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
 
 
 # --- keys and types ------------------------------------------------------------------------
@@ -96,32 +118,27 @@ def validate_config(config: ConfigDict) -> None:
 
 def _check_keys_and_types(config: ConfigDict) -> None:
     """Every key is in the schema (or the named callable's signature) with a value of its type."""
-    schema = reference_config().to_dict()
-    for section, keys in _OPTIONAL.items():
-        schema[section] = {**keys, **schema.get(section, {})}
     for key, value in config.items():
-        if key not in schema:
-            _unknown(key, schema)
-        if isinstance(schema[key], dict):
+        if key not in SCHEMA:
+            _unknown(key, SCHEMA)
+        if isinstance(SCHEMA[key], dict):
             if not isinstance(value, (ConfigDict, Mapping)):
                 raise ValueError(f"{key}={value!r} must be a section (a ConfigDict of settings)")
-            _check_section(key, value, schema[key])
+            _check_section(key, value, SCHEMA[key])
         else:
-            _check_type(key, value, _types_of_value(schema[key]))
+            _check_type(key, value, _types_of_value(SCHEMA[key].default))
 
 
-def _check_section(section: str, values: Mapping[str, Any], schema: dict[str, Any]) -> None:
+def _check_section(section: str, values: Mapping[str, Any], schema: dict[str, Key]) -> None:
     """The keys of one section: the schema's, plus the named callable's for open sections."""
     name, params = None, {}
-    if section in _OPEN_SECTIONS:
-        name = values.get("name", schema.get("name"))
+    if section in OPEN_SECTIONS:
+        name = values.get("name", schema["name"].default)  # not yet completed
         params = _callable_parameters(section, name)
-        run_keys = TASK_RUN_KEYS if section == "task" else ("name",)
-        schema = {k: v for k, v in schema.items() if k in run_keys}
     for key, value in values.items():
         full = f"{section}.{key}"
         if key in schema:
-            _check_type(full, value, _types_of_value(schema[key]))
+            _check_type(full, value, _types_of_value(schema[key].default))
         elif key in params:
             _check_type(full, value, _types_of_parameter(*params[key]))
         elif key in _DRIVER_ARGUMENTS.get(section, {}):
@@ -145,7 +162,12 @@ def _callable_parameters(section: str, name: Any) -> dict[str, tuple[inspect.Par
     not registered is an error naming the key (with the closest registered name).
     """
     _check_type(f"{section}.name", name, (str,))
-    registry = {"algorithm": ALGORITHMS, "task": TASKS, "rollout_correction": ROLLOUT_CORRECTIONS}
+    b = _builders()
+    registry = {
+        "algorithm": b.ALGORITHMS,
+        "task": TASKS,
+        "rollout_correction": b.ROLLOUT_CORRECTIONS,
+    }
     known = registry[section]
     if section == "rollout_correction" and name == "none":
         return {}
@@ -163,7 +185,7 @@ def _callable_parameters(section: str, name: Any) -> dict[str, tuple[inspect.Par
 def _preset_parameters(name: str) -> dict[str, tuple[inspect.Parameter, Any]]:
     """The keyword arguments of the `algorithm.name` preset, following its `**settings` to the
     function they are forwarded to (`_FORWARDED`, `_FORWARDED_BY_PRESET`)."""
-    preset = ALGORITHMS[name]
+    preset = _builders().ALGORITHMS[name]
     params = _keywords(preset)
     for param in inspect.signature(preset).parameters.values():
         if param.kind is not inspect.Parameter.VAR_KEYWORD:
@@ -172,7 +194,7 @@ def _preset_parameters(name: str) -> dict[str, tuple[inspect.Parameter, Any]]:
         if target is None:
             raise TypeError(
                 f"algorithm preset {name!r} forwards **{param.name} to a function "
-                "rljax.train.validation does not know; add it to _FORWARDED"
+                "rljax.config.validate does not know; add it to _FORWARDED"
             )
         for key, (inner, owner) in _keywords(target).items():
             if inner.default is not inspect.Parameter.empty and key not in passed:
@@ -260,46 +282,49 @@ def _check_type(key: str, value: Any, kinds: tuple[type, ...] | None) -> None:
 
 
 def _check_ranges(config: ConfigDict) -> None:
-    """Counts, lengths, rates and sampling settings a run cannot use."""
-    t, r, s = config.train, config.rollout, config.sft
-    for key in ("steps", "prompts_per_step", "eval_every", "checkpoint_every", "epochs"):
-        _at_least(f"train.{key}", t[key], 1)
-    for key in ("minibatches", "microbatches", "vocab_chunk", "max_checkpoints"):
-        _at_least(f"train.{key}", t.get(key, 1), 1)
-    for key in ("warmup_steps", "max_staleness"):
-        _at_least(f"train.{key}", t.get(key, 0), 0)
-    _at_least("train.max_consecutive_skips", t.get("max_consecutive_skips", 1), 1)
-    _at_least("train.log_samples", t.get("log_samples", 0), -1)
-    _positive("train.learning_rate", t.learning_rate)
-    _positive("train.max_grad_norm", t.get("max_grad_norm", 1.0))
-    _at_least("train.weight_decay", t.get("weight_decay", 0.0), 0)
-    if not 0.0 <= t.get("pack_ratio", 0.0) <= 1.0:
-        raise ValueError(f"train.pack_ratio={t.pack_ratio} must be in [0, 1] (0: off)")
-    _at_least("sft.steps", s.steps, 0)
+    """Counts, lengths, rates and sampling settings a run cannot use: the schema's ranges and
+    choices, then the checks that depend on other keys."""
+    for name, entry in SCHEMA.items():
+        if isinstance(entry, Key):
+            _check_range(name, config[name], entry)
+        else:
+            for key, spec in entry.items():
+                _check_range(f"{name}.{key}", config[name][key], spec)
+    r, s = config.rollout, config.sft
     if s.steps > 0:
         _at_least("sft.batch_size", s.batch_size, 1)
         _positive("sft.learning_rate", s.learning_rate)
-    _at_least("task.max_prompt_len", config.task.max_prompt_len, 1)
-    _at_least("task.eval_size", config.task.eval_size, 1)
-    _at_least("task.max_answer_len", config.task.get("max_answer_len", 32), 1)
-    _at_least("rollout.max_new_tokens", r.max_new_tokens, 1)
     if r.n_samples < 2:
         raise ValueError(
             f"rollout.n_samples={r.n_samples}: group-relative advantages need "
             "at least 2 samples per prompt"
         )
-    _positive("rollout.temperature", r.temperature)
-    _at_least("rollout.top_k", r.top_k, 0)
-    if not 0.0 < r.top_p <= 1.0:
-        raise ValueError(f"rollout.top_p={r.top_p} must be in (0, 1] (1 disables it)")
-    _at_least("rollout.max_refill_rounds", r.get("max_refill_rounds", 0), 0)
-    _at_least("rollout.cuts_top_k", r.get("cuts_top_k", 0), 0)
-    _at_least("rollout.cuts_ratio", r.get("cuts_ratio", math.e), 1)
-    if not 0.0 <= r.get("cuts_fraction", 0.5) <= 1.0:
-        raise ValueError(f"rollout.cuts_fraction={r.cuts_fraction} must be in [0, 1]")
-    build_rollout_weights(config)
-    build_rollout_correction(config)
-    build_scorer(config)
+    b = _builders()
+    b.build_rollout_weights(config)
+    b.build_rollout_correction(config)
+    b.build_scorer(config)
+
+
+def _check_range(key: str, value: Any, spec: Key) -> None:
+    """`key=value must be >= 1` (etc.) when `value` is outside the key's range or choices."""
+    if value is None:  # an optional setting left off
+        return
+    if spec.choices is not None and value not in spec.choices:
+        options = " or ".join(repr(c) for c in spec.choices)
+        if len(spec.choices) > 2:
+            options = f"one of {list(spec.choices)}"
+        raise ValueError(f"{key}={value!r} is unknown; use {options}")
+    hint = f" ({spec.hint})" if spec.hint else ""
+    low = spec.min if spec.gt is None else spec.gt
+    if spec.max is not None:
+        below = low is not None and (value < low if spec.gt is None else value <= low)
+        if below or value > spec.max:
+            bracket = "[" if spec.gt is None else "("
+            raise ValueError(f"{key}={value} must be in {bracket}{low}, {spec.max}]{hint}")
+    elif spec.min is not None and value < spec.min:
+        raise ValueError(f"{key}={value} must be >= {spec.min}{hint}")
+    elif spec.gt is not None and not value > spec.gt:
+        raise ValueError(f"{key}={value} must be > {spec.gt}{hint}")
 
 
 def _at_least(key: str, value: float, low: float) -> None:
@@ -328,7 +353,7 @@ def _check_batch_splits(config: ConfigDict, device_count: int) -> None:
             f"= {rows} rows is not divisible by train.minibatches x train.microbatches = "
             f"{t.minibatches} x {t.microbatches}; change one of them"
         )
-    sampler_devices = m.get("sampler_devices", 0)
+    sampler_devices = m.sampler_devices
     if sampler_devices and not 0 < sampler_devices < device_count:
         raise ValueError(
             f"mesh.sampler_devices={sampler_devices} must leave the trainer at least one of the "
@@ -351,7 +376,7 @@ def _check_batch_splits(config: ConfigDict, device_count: int) -> None:
             f"train.prompts_per_step={t.prompts_per_step} is not divisible by "
             f"mesh.sampler_devices={sampler_devices} (the sampler splits prompts over them)"
         )
-    replay = build_replay(config)
+    replay = _builders().build_replay(config)
     if replay is not None:
         replay_rows = replay.groups * r.n_samples
         if replay_rows % per_update or replay.groups % batch_split:
@@ -365,7 +390,7 @@ def _check_batch_splits(config: ConfigDict, device_count: int) -> None:
 def _mesh_sizes(mesh: ConfigDict, devices: int, sampler_devices: int) -> dict[str, int]:
     """{axis: size} of the trainer's mesh on `devices` devices, -1 resolved as
     `rljax.parallel.mesh.make_mesh` does, with the config's keys in the messages."""
-    sizes = {axis: mesh.get(axis, 1) for axis in MESH_AXES}
+    sizes = {axis: mesh[axis] for axis in MESH_AXES}
     given = " x ".join(f"mesh.{a}={s}" for a, s in sizes.items())
     available = f"jax.device_count()={devices + sampler_devices}"
     if sampler_devices:
@@ -396,26 +421,23 @@ def _mesh_sizes(mesh: ConfigDict, devices: int, sampler_devices: int) -> dict[st
 def _check_model(config: ConfigDict) -> None:
     """A scratch model's shape and dtypes; a checkpoint's length budget when it is known
     without loading weights (a local Hugging Face directory's config.json)."""
-    m = config.model
-    if m.get("remat", "none") not in ("none", "block"):
-        raise ValueError(f"model.remat={m.remat!r} is unknown; use 'none' or 'block'")
-    _at_least("model.attention_chunk", m.get("attention_chunk", 0), 0)
+    m, b = config.model, _builders()
     source = m.checkpoint
     if not source:
         try:
-            scratch_model_config(m)
+            b.scratch_model_config(m)
         except ValueError as err:  # its messages name the fields: name them as config keys
             fields = "|".join(m.keys())
             detail = re.sub(rf"(TransformerConfig\.|\b)({fields})=", r"model.\2=", str(err))
             raise ValueError(f"model settings: {detail}") from None
         return
-    if source in FETCHABLE or source.endswith(".gguf"):
+    if source in b.FETCHABLE or source.endswith(".gguf"):
         return  # the length budget is read when the model is loaded
     path = os.path.join(source, "config.json")
     if not os.path.isfile(path):
         raise ValueError(
             f"model.checkpoint={source!r} is neither a directory with a config.json, a .gguf "
-            f"file nor one of {FETCHABLE}; pass a local checkpoint"
+            f"file nor one of {b.FETCHABLE}; pass a local checkpoint"
         )
     with open(path, encoding="utf-8") as f:
         max_len = json.load(f).get("max_position_embeddings")
@@ -433,29 +455,29 @@ def _check_model(config: ConfigDict) -> None:
 
 def _check_combinations(config: ConfigDict) -> None:
     """Features that do not combine, and prompt-selection settings."""
-    t = config.train
-    if token_level_rewards(config):
+    t, b = config.train, _builders()
+    if config.reward.token_level:
         if config.algorithm.name != "ppo":
             raise ValueError(
                 "reward.token_level=True: token rewards are credited by GAE; use "
                 f"algorithm.name='ppo', not {config.algorithm.name!r}"
             )
-        if config.get("lope") and config.lope.get("num_perturbed", 0):
+        if config.lope.num_perturbed:
             raise ValueError(
                 "reward.token_level does not combine with lope (set lope.num_perturbed=0)"
             )
-        if config.get("replay") and config.replay.get("name", "none") != "none":
+        if config.replay.name != "none":
             raise ValueError(
                 "reward.token_level does not combine with replay (set replay.name='none')"
             )
-    selection = config.get("prompt_selection")
-    if selection is not None and selection.name != "none":
-        if selection.name not in PROMPT_SELECTORS:
+    selection = config.prompt_selection
+    if selection.name != "none":
+        if selection.name not in b.PROMPT_SELECTORS:
             raise ValueError(
                 f"prompt_selection.name={selection.name!r} is unknown; choose one of "
-                f"{['none', *PROMPT_SELECTORS]}"
+                f"{['none', *b.PROMPT_SELECTORS]}"
             )
-        pool_size = selection.get("pool_size", 0)
+        pool_size = selection.pool_size
         if pool_size and pool_size < t.prompts_per_step:
             raise ValueError(
                 f"prompt_selection.pool_size={pool_size} is smaller than a batch of "
@@ -464,19 +486,19 @@ def _check_combinations(config: ConfigDict) -> None:
         if config.algorithm.name == "uec_rl":
             raise ValueError("prompt_selection does not combine with UEC-RL's own collection")
         if selection.name == "dare":
-            build_dare_settings(config)
-    if build_replay(config) is not None and config.algorithm.name == "uec_rl":
+            b.build_dare_settings(config)
+    if b.build_replay(config) is not None and config.algorithm.name == "uec_rl":
         raise ValueError("replay.name='fresh_per' does not combine with UEC-RL's own replay")
-    lope = build_lope_settings(config)
+    lope = b.build_lope_settings(config)
     if lope is not None:
-        if config.model.get("num_experts", 0):
+        if config.model.num_experts:
             raise ValueError(
                 "lope does not combine with an MoE model yet (rescued rows would keep the failed "
                 "rows' expert routes); set lope.num_perturbed=0 or model.num_experts=0"
             )
         if config.algorithm.name == "uec_rl":
             raise ValueError("lope does not combine with UEC-RL's own collection")
-        max_len = config.lope.get("max_prompt_len", 0)
+        max_len = config.lope.max_prompt_len
         if max_len <= config.task.max_prompt_len:
             raise ValueError(
                 f"lope.max_prompt_len={max_len} must exceed task.max_prompt_len="

@@ -11,8 +11,8 @@ import pytest
 from ml_collections import ConfigDict
 
 from configs.grpo_addition import get_config
+from rljax.config import validate_config
 from rljax.train.builders import ALGORITHMS
-from rljax.train.validation import validate_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = sorted(

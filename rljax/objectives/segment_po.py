@@ -1,4 +1,4 @@
-"""SAPO: a clipped surrogate on length-normalised importance ratios of delimited segments."""
+"""segment_po: a clipped surrogate on length-normalised importance ratios of delimited segments."""
 
 import numbers
 from collections.abc import Sequence
@@ -37,7 +37,7 @@ def segment_ids(
 ) -> jax.Array:
     """Index of each token's segment within its row, segments ending at delimiter tokens.
 
-    Segments as in "Segment-Aligned Policy Optimization" (SAPO); the paper's code is not
+    Segments as in "Segment-Aligned Policy Optimization"; the paper's code is not
     available, so this split is an interpretation. Counting from 0, a valid token that is one
     of `delimiter_ids` closes its segment: it belongs to the segment it ends and the next token
     starts a new one. So the index of token t is the number of valid delimiter tokens strictly
@@ -66,20 +66,22 @@ def segment_ids(
     return (jnp.cumsum(closes, axis=1) - closes).astype(jnp.int32)  # exclusive count, per row
 
 
-def sapo(
+def segment_po(
     delimiter_ids: Sequence[int],
     eps_low: float = 0.2,
     eps_high: float = 0.2,
     aggregation: str = "token-mean",
     max_len: int | None = None,
 ) -> Objective:
-    """SAPO's segment-level clipped surrogate (an interpretation of the paper).
+    """Segment-Aligned Policy Optimization's segment-level clipped surrogate (an interpretation).
 
-    "Segment-Aligned Policy Optimization" (SAPO). Neither code nor a formula of the paper is
-    available; this objective is an interpretation: GSPO's length-normalised ratio (Zheng et
-    al. 2025, "Group Sequence Policy Optimization", arXiv 2507.18071) taken per segment, the
-    segments split at `delimiter_ids` (see `segment_ids`; e.g. reasoning steps split at
-    newlines). For segment k of row i, over its valid (`batch.completion_mask`) tokens S_ik,
+    "Segment-Aligned Policy Optimization", named segment_po here because "SAPO" in verl, TRL,
+    AReaL and SkyRL is Soft Adaptive Policy Optimization, a different method. Neither code nor
+    a formula of the paper is available; this objective is an interpretation: GSPO's
+    length-normalised ratio (Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv
+    2507.18071) taken per segment, the segments split at `delimiter_ids` (see `segment_ids`;
+    e.g. reasoning steps split at newlines). For segment k of row i, over its valid
+    (`batch.completion_mask`) tokens S_ik,
       log s_ik = mean_{t in S_ik} clamp(new_logprobs_t - old_logprobs_t, -20, 20),
       A_ik = mean_{t in S_ik} advantages_t,
       l_ik = -min(s_ik A_ik, clip(s_ik, 1 - eps_low, 1 + eps_high) A_ik).
@@ -90,12 +92,12 @@ def sapo(
 
     Limits: with `delimiter_ids=()` every row is one segment and the loss and gradient equal
     `gspo(eps_low, eps_high, aggregation)` with the same aggregation (in any mode; note gspo's
-    default mode is "seq-mean-token-mean", sapo's "token-mean"). When every token is a
+    default mode is "seq-mean-token-mean", segment_po's "token-mean"). When every token is a
     delimiter each token is its own segment and this is `ppo_clip(eps_low, eps_high)`. The
     default eps 0.2 suits short segments; a long segment's geometric-mean ratio stays close to
     1, as in GSPO, and wants a narrower band.
 
-    Metrics ("sapo/...", over the segments with a valid token):
+    Metrics ("segment_po/...", over the segments with a valid token):
       "loss": the aggregated loss.
       "clip_frac": fraction of segments whose clipped term is taken.
       "segments_per_row": mean number of segments per row with a valid token.
@@ -157,10 +159,10 @@ def sapo(
             return jnp.where(nonempty, x.astype(jnp.float32), 0.0).sum() / n_seg_safe
 
         metrics = {
-            "sapo/loss": loss,
-            "sapo/clip_frac": seg_mean(clipped > unclipped),
-            "sapo/segments_per_row": n_seg / n_rows,
-            "sapo/ratio_mean": seg_mean(seg_ratio),
+            "segment_po/loss": loss,
+            "segment_po/clip_frac": seg_mean(clipped > unclipped),
+            "segment_po/segments_per_row": n_seg / n_rows,
+            "segment_po/ratio_mean": seg_mean(seg_ratio),
         }
         return loss, metrics
 

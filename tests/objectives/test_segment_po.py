@@ -1,4 +1,4 @@
-"""Tests for rljax.objectives.sapo against a loop-based numpy reference and its GSPO/PPO limits."""
+"""rljax.objectives.segment_po against a loop-based numpy reference and its GSPO/PPO limits."""
 
 import math
 
@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 
 from rljax.core.batch import make_batch
 from rljax.objectives.gspo import gspo
-from rljax.objectives.sapo import sapo, segment_ids
+from rljax.objectives.segment_po import segment_ids, segment_po
 from rljax.objectives.surrogate import ppo_clip
 
 DELIM = 9
 seg_ids = jax.jit(segment_ids, static_argnames="delimiter_ids")
-OBJ = jax.jit(sapo((DELIM,), 0.2, 0.2))
+OBJ = jax.jit(segment_po((DELIM,), 0.2, 0.2))
 
 # Hand case, delimiter 9, eps 0.2, per-token log-ratios LR:
 #   row 0 tokens [1, 9 | 2, 9]: seg 0 lr [0.3, 0.1] -> s = e^0.2 = 1.2214, A = mean[1, 1] = 1
@@ -65,7 +65,7 @@ def segments_reference(tokens, mask, delims):
 
 
 def reference(new, old, adv, tokens, mask, delims, eps_low, eps_high, weights=None):
-    """SAPO one segment at a time: returns (token-mean loss, clip_frac, segs/row, ratio_mean)."""
+    """segment_po one segment at a time: (token-mean loss, clip_frac, segs/row, ratio_mean)."""
     weights = mask.astype(float) if weights is None else weights
     per_token = np.zeros(mask.shape)
     ratios, n_clipped = [], 0
@@ -120,11 +120,11 @@ def test_loss_metrics_and_gradient_match_hand_values():
     ref = reference(NEW, OLD, ADV, TOKENS, MASK, (DELIM,), 0.2, 0.2)
     np.testing.assert_allclose(ref[0], hand, rtol=1e-6)
     np.testing.assert_allclose(loss, hand, rtol=1e-5)
-    np.testing.assert_allclose(metrics["sapo/loss"], loss)
-    np.testing.assert_allclose(metrics["sapo/clip_frac"], 0.5)
-    np.testing.assert_allclose(metrics["sapo/segments_per_row"], 2.0)
+    np.testing.assert_allclose(metrics["segment_po/loss"], loss)
+    np.testing.assert_allclose(metrics["segment_po/clip_frac"], 0.5)
+    np.testing.assert_allclose(metrics["segment_po/segments_per_row"], 2.0)
     ratios = np.exp([0.2, 0.05, -0.5, -0.2])
-    np.testing.assert_allclose(metrics["sapo/ratio_mean"], ratios.mean(), rtol=1e-5)
+    np.testing.assert_allclose(metrics["segment_po/ratio_mean"], ratios.mean(), rtol=1e-5)
     np.testing.assert_allclose(ref[1:], [0.5, 2.0, ratios.mean()], rtol=1e-6)
     # d l_k / d logp_t = -A_k s_k / |S_k| on an unclipped segment, and l_k sits on |S_k| of the
     # 7 tokens of the token mean: the gradient is -A_k s_k / 7; 0 on a clipped segment.
@@ -155,9 +155,9 @@ def test_loss_matches_reference_on_random_batches(tokens, mask, lr, adv):
     loss, metrics = OBJ(jnp.array(new), jnp.zeros(shape), make(tokens, mask, old, adv))
     ref = reference(new, old, adv * mask, tokens, mask, (DELIM,), 0.2, 0.2)
     np.testing.assert_allclose(loss, ref[0], rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(metrics["sapo/clip_frac"], ref[1], atol=1e-6)
-    np.testing.assert_allclose(metrics["sapo/segments_per_row"], ref[2], rtol=1e-6)
-    np.testing.assert_allclose(metrics["sapo/ratio_mean"], ref[3], rtol=1e-5)
+    np.testing.assert_allclose(metrics["segment_po/clip_frac"], ref[1], atol=1e-6)
+    np.testing.assert_allclose(metrics["segment_po/segments_per_row"], ref[2], rtol=1e-6)
+    np.testing.assert_allclose(metrics["segment_po/ratio_mean"], ref[3], rtol=1e-5)
 
 
 # A batch with token-varying advantages, a padded tail with garbage, and a zeroed loss weight.
@@ -187,22 +187,24 @@ def test_no_delimiters_equals_gspo(aggregation):
     # One segment per row: s is GSPO's sequence ratio over completion_mask tokens and A the row
     # mean advantage, the loss is written on every token and aggregated the same way, so loss
     # and gradient equal gspo's with the same aggregation (gspo defaults to seq-mean-token-mean).
-    l_sapo, g_sapo = _value_and_grad(sapo((), 0.1, 0.15, aggregation), WIDE_TOKENS)
+    l_segment_po, g_segment_po = _value_and_grad(
+        segment_po((), 0.1, 0.15, aggregation), WIDE_TOKENS
+    )
     l_gspo, g_gspo = _value_and_grad(gspo(0.1, 0.15, aggregation), WIDE_TOKENS)
-    np.testing.assert_allclose(l_sapo, l_gspo, rtol=1e-6)
-    np.testing.assert_allclose(g_sapo, g_gspo, rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(l_segment_po, l_gspo, rtol=1e-6)
+    np.testing.assert_allclose(g_segment_po, g_gspo, rtol=1e-5, atol=1e-8)
     # A delimiter id that never occurs acts the same.
-    l_unused, _ = _value_and_grad(sapo((42,), 0.1, 0.15, aggregation), WIDE_TOKENS)
+    l_unused, _ = _value_and_grad(segment_po((42,), 0.1, 0.15, aggregation), WIDE_TOKENS)
     np.testing.assert_allclose(l_unused, l_gspo, rtol=1e-6)
     assert np.any(np.asarray(g_gspo) != 0)
 
 
 def test_every_token_a_delimiter_equals_ppo_clip():
     tokens = np.full((3, 5), DELIM, np.int32)
-    l_sapo, g_sapo = _value_and_grad(sapo((DELIM,), 0.1, 0.15), tokens)
+    l_segment_po, g_segment_po = _value_and_grad(segment_po((DELIM,), 0.1, 0.15), tokens)
     l_ppo, g_ppo = _value_and_grad(ppo_clip(0.1, 0.15), tokens)
-    np.testing.assert_allclose(l_sapo, l_ppo, rtol=1e-6)
-    np.testing.assert_allclose(g_sapo, g_ppo, rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(l_segment_po, l_ppo, rtol=1e-6)
+    np.testing.assert_allclose(g_segment_po, g_ppo, rtol=1e-5, atol=1e-8)
     assert np.any(np.asarray(g_ppo) != 0)
 
 
@@ -217,7 +219,7 @@ def test_masked_rows_and_garbage_padding_stay_finite():
     np.testing.assert_allclose(loss, (-1.2 * 2 - np.exp(0.05) * 2) / 4, rtol=1e-5)
     assert np.all(np.isfinite(grad)) and np.all(np.asarray(grad)[~mask] == 0)
     assert all(np.isfinite(v) for v in metrics.values())
-    np.testing.assert_allclose(metrics["sapo/segments_per_row"], 2.0)
+    np.testing.assert_allclose(metrics["segment_po/segments_per_row"], 2.0)
     empty = make(mask=np.zeros((2, 4), bool))
     loss, metrics = OBJ(jnp.array(new), jnp.zeros((2, 4)), empty)
     assert loss == 0 and all(np.isfinite(v) for v in metrics.values())
@@ -225,14 +227,14 @@ def test_masked_rows_and_garbage_padding_stay_finite():
 
 def test_errors():
     with pytest.raises(ValueError, match="eps_low=1.0"):
-        sapo((DELIM,), eps_low=1.0)
+        segment_po((DELIM,), eps_low=1.0)
     with pytest.raises(ValueError, match="eps_high=-0.1"):
-        sapo((DELIM,), eps_high=-0.1)
+        segment_po((DELIM,), eps_high=-0.1)
     with pytest.raises(ValueError, match="valid modes"):
-        sapo((DELIM,), aggregation="sum")
+        segment_po((DELIM,), aggregation="sum")
     with pytest.raises(ValueError, match=r"delimiter_ids=9 must be a tuple.*\(9,\)"):
-        sapo(9)
+        segment_po(9)
     with pytest.raises(ValueError, match="non-integers"):
-        sapo((9, 1.5))
+        segment_po((9, 1.5))
     with pytest.raises(ValueError, match="non-integers"):
         segment_ids(jnp.zeros((1, 2), jnp.int32), jnp.ones((1, 2), bool), ("\n",))

@@ -1,0 +1,294 @@
+"""The run config's schema: every section's keys with their default, type, range and doc.
+
+One declarative table (`SCHEMA`) is the home of every default the driver uses: a recipe
+(`configs/*.py`) starts from `default_config()` and sets what it chooses, and
+`rljax.config.validate_config` fills whatever a config leaves out from here, so code reads a
+complete config and never supplies a default. A key's type is its default's (an int count is
+never a float; an int is a fine float). Three sections are open (`OPEN_SECTIONS`): besides the
+keys listed here, they take the keyword arguments of what they name (the algorithm preset,
+the task, the rollout correction), whose defaults live in those callables' signatures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from ml_collections import ConfigDict
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    """One config key.
+
+    Attributes:
+      default: the value a config that leaves the key out gets; its type is the key's type.
+      doc: one line saying what the key does.
+      choices: the values it may take (None: any of its type).
+      min: inclusive lower bound (None: none).
+      gt: exclusive lower bound (None: none).
+      max: inclusive upper bound (None: none).
+      hint: what the range's edge means, appended to a range error, e.g. "0: off".
+    """
+
+    default: Any
+    doc: str
+    choices: tuple[Any, ...] | None = None
+    min: float | None = None
+    gt: float | None = None
+    max: float | None = None
+    hint: str = ""
+
+
+# Sections whose other keys are the keyword arguments of what `name` names (validate.py checks
+# them against its signature); only the keys listed here are the driver's own.
+OPEN_SECTIONS = ("algorithm", "task", "rollout_correction")
+
+SCHEMA: dict[str, Key | dict[str, Key]] = {
+    "seed": Key(0, "seed of the model init, the task's data, sampling and every random draw"),
+    "run_dir": Key("runs/default", "where checkpoints, metrics.jsonl and config.json go"),
+    # The policy: from scratch with these sizes when `checkpoint` is "".
+    "model": {
+        "checkpoint": Key(
+            "",
+            '"": a byte-level model from scratch (sizes below); else a local HF checkpoint '
+            'directory, a .gguf file or a model rljax can fetch ("smollm2")',
+        ),
+        "d_model": Key(128, "scratch model: hidden size"),
+        "n_layers": Key(2, "scratch model: decoder blocks"),
+        "n_heads": Key(4, "scratch model: attention heads"),
+        "n_kv_heads": Key(2, "scratch model: key/value heads (grouped-query attention)"),
+        "d_ff": Key(384, "scratch model: MLP width"),
+        "rope_theta": Key(10000.0, "scratch model: RoPE base"),
+        "dtype": Key("float32", "compute dtype of the policy"),
+        "param_dtype": Key("float32", "storage dtype of the policy's parameters"),
+        "num_experts": Key(
+            0,
+            "scratch model: > 0 replaces each MLP by top-experts_per_token routing over this "
+            "many SwiGLU experts (the sampler's routes are replayed in training)",
+        ),
+        "experts_per_token": Key(2, "MoE: experts each token is routed to"),
+        "expert_d_ff": Key(0, "MoE: width of each expert (0: d_ff)"),
+        "remat": Key(
+            "none",
+            '"block" recomputes each decoder block in the backward pass (less memory for long '
+            "completions, ~one more forward pass)",
+            choices=("none", "block"),
+        ),
+        "attention_chunk": Key(
+            0,
+            "> 0: attention scores of this many queries at a time in training (linear memory "
+            "in the sequence length)",
+            min=0,
+        ),
+    },
+    # Open: the task's own settings (e.g. addition's min_digits) go to its constructor.
+    "task": {
+        "name": Key("addition", "the task (rljax.data.tasks.TASKS)"),
+        "max_prompt_len": Key(8, "prompt tokens (prompts are left-padded to this)", min=1),
+        "max_answer_len": Key(32, "answer tokens kept for SFT targets and scoring", min=1),
+        "eval_size": Key(512, "held-out problems scored at every eval", min=1),
+        "chat_template": Key(False, "format prompts with the tokenizer's chat template"),
+    },
+    "sft": {
+        "steps": Key(800, "SFT warm-start steps before RL (0: none)", min=0),
+        "batch_size": Key(64, "SFT examples per step (checked when steps > 0)"),
+        "learning_rate": Key(1e-3, "SFT learning rate (checked when steps > 0)"),
+    },
+    "rollout": {
+        "max_new_tokens": Key(5, "completion tokens sampled per prompt", min=1),
+        "n_samples": Key(8, "samples per prompt: the group size (>= 2)"),
+        "temperature": Key(1.0, "sampling temperature", gt=0),
+        "top_k": Key(0, "top-k sampling (0: off)", min=0),
+        "top_p": Key(1.0, "nucleus sampling", gt=0, max=1, hint="1 disables it"),
+        "max_refill_rounds": Key(
+            0,
+            "extra prompt batches a step may draw to replace groups whose rewards are all "
+            "equal (DAPO's dynamic sampling); 0 keeps the first draw",
+            min=0,
+        ),
+        "weight_format": Key(
+            "none",
+            'sample with fake-quantized weights ("mxfp4", "mxfp8", "fp8") while training in '
+            'full precision; "none": the trainer\'s weights',
+        ),
+        "weight_correction": Key(
+            "none",
+            'MX only: "macro_block" (a float32 scale per macro_block entries) or '
+            '"outlier_fallback" (the outlier_fraction largest entries kept exact)',
+        ),
+        "macro_block": Key(128, "entries per float32 scale of the macro_block correction"),
+        "outlier_fraction": Key(0.01, "share of entries the outlier_fallback keeps exact"),
+        "aqn_sigma_start": Key(
+            0.0, "QeRL's adaptive quantization noise on the sampler's norm weights (0: off)"
+        ),
+        "aqn_sigma_end": Key(1e-4, "AQN sigma at the last stage"),
+        "aqn_stages": Key(10, "AQN stages (they divide train.steps)"),
+        "cuts_top_k": Key(
+            0,
+            "CUTS: cuts_fraction of each group's samples drawn uniformly from the top-cuts_top_k "
+            "tokens with p >= p_max / cuts_ratio (0: off)",
+            min=0,
+        ),
+        "cuts_ratio": Key(math.e, "CUTS: probability ratio to the top token", min=1),
+        "cuts_fraction": Key(0.5, "CUTS: share of each group sampled that way", min=0, max=1),
+    },
+    # Open: the correction's keyword arguments (rljax.quant.mismatch).
+    "rollout_correction": {
+        "name": Key(
+            "none",
+            'sampler/trainer gap correction of quantized rollouts: "tis" (truncated IS), "mis" '
+            '(masked IS), "ais" (adaptive IS) or "none"',
+        ),
+    },
+    "reward": {
+        "workers": Key(
+            0,
+            "0 scores in the driver's process; > 0 on a pool of this many",
+            min=0,
+            hint="0 scores in-process",
+        ),
+        "kind": Key(
+            "thread",
+            'the pool: "thread" or "process" (process: calls past timeout_s are killed)',
+            choices=("thread", "process"),
+        ),
+        "timeout_s": Key(
+            0.0,
+            "seconds a reward call may take; a failed call scores 0",
+            min=0,
+            hint="0: no limit",
+        ),
+        "token_level": Key(
+            False,
+            "score with the task's token_rewards for GAE to credit per token "
+            '(algorithm.name="ppo")',
+        ),
+    },
+    "prompt_selection": {
+        "name": Key(
+            "none",
+            'which prompts each step trains on: "none" walks the shuffled train split; '
+            '"heapa", "dare" or "curriculum" (checkpointed)',
+        ),
+        "pool_size": Key(0, "prompts in the pool: the split's first this many (0: all)"),
+        "low_fraction": Key(0.5, "heapa: share of the batch below the reward median"),
+        "records": Key(2048, "dare: rollouts kept per prompt's success-rate replay"),
+        "kappa": Key(20.0, "dare: how sharply rates near 0.5 are favoured"),
+        "clip": Key(5.0, "dare: importance weights clipped to +-clip"),
+        "ess_threshold": Key(2.0, "dare: below this effective sample size the raw rate is used"),
+        "threshold": Key(0.7, "curriculum: accuracy EMA that moves to the next level"),
+        "decay": Key(0.9, "curriculum: decay of the accuracy EMA"),
+        "review": Key(0.2, "curriculum: share of earlier levels in a batch"),
+        "min_updates": Key(5, "curriculum: updates at a level before it may move on"),
+    },
+    "replay": {
+        "name": Key(
+            "none",
+            '"fresh_per": keep informative prompt groups and replay them by freshness-decayed '
+            "priority after the fresh batch (checkpointed)",
+            choices=("none", "fresh_per"),
+        ),
+        "capacity": Key(1024, "groups kept"),
+        "groups": Key(0, "groups replayed per replay step (0: train.prompts_per_step)"),
+        "every": Key(1, "replay every this many steps"),
+        "tau": Key(500.0, "priority mean|reward| * exp(-age / tau)"),
+        "alpha": Key(0.6, "PER priority exponent"),
+        "beta_start": Key(0.4, "PER importance-weight exponent at the start"),
+        "beta_end": Key(1.0, "PER importance-weight exponent after beta_steps"),
+        "beta_steps": Key(1000, "steps from beta_start to beta_end"),
+    },
+    "lope": {
+        "num_perturbed": Key(
+            0,
+            "LoPE: an all-failed prompt is rolled out again this many times behind "
+            "Lorem-Ipsum prefixes; correct completions replace failures (0: off)",
+        ),
+        "rollouts_per_perturbed": Key(4, "samples per perturbed prompt"),
+        "min_words": Key(4, "shortest Lorem-Ipsum prefix, in words"),
+        "max_words": Key(12, "longest Lorem-Ipsum prefix, in words"),
+        "max_prompt_len": Key(96, "perturbed prompts' padded length (> task.max_prompt_len)"),
+    },
+    # Open: the preset's keyword arguments (rljax.algorithms).
+    "algorithm": {
+        "name": Key("grpo", "the algorithm preset (rljax.algorithms, or register_algorithm)"),
+    },
+    "train": {
+        "steps": Key(300, "RL steps", min=1),
+        "prompts_per_step": Key(64, "prompts per RL step", min=1),
+        "learning_rate": Key(1e-4, "peak learning rate (AdamW)", gt=0),
+        "warmup_steps": Key(5, "linear warm-up steps", min=0),
+        "max_grad_norm": Key(1.0, "global gradient-norm clip", gt=0),
+        "weight_decay": Key(0.0, "AdamW weight decay", min=0),
+        "epochs": Key(1, "passes over each step's batch", min=1),
+        "minibatches": Key(2, "optimizer updates per epoch", min=1),
+        "microbatches": Key(1, "gradient-accumulation splits of a minibatch", min=1),
+        "vocab_chunk": Key(8192, "vocabulary entries per log-softmax chunk", min=1),
+        "pack_ratio": Key(
+            0.0,
+            "> 0: the trainer's forward passes pack the sequences into this share of the rows "
+            "when they fit (same results, less padding)",
+            min=0,
+            max=1,
+            hint="0: off",
+        ),
+        "eval_every": Key(50, "steps between held-out evals", min=1),
+        "checkpoint_every": Key(50, "steps between checkpoints", min=1),
+        "max_checkpoints": Key(2, "checkpoints kept", min=1),
+        "max_staleness": Key(
+            0,
+            "bounded staleness: sample with the policy of up to this many updates ago "
+            "(0: synchronous)",
+            min=0,
+        ),
+        "max_consecutive_skips": Key(
+            5,
+            "non-finite updates are skipped (guard/skipped); this many in a row stop the run",
+            min=1,
+        ),
+        "log_samples": Key(
+            0,
+            "prompt groups per step written to run_dir/samples.jsonl (-1: every group, 0: none)",
+            min=-1,
+        ),
+    },
+    # -1 takes all remaining devices.
+    "mesh": {
+        "data": Key(-1, "data-parallel axis size"),
+        "fsdp": Key(1, "fully-sharded data-parallel axis size"),
+        "tensor": Key(1, "tensor-parallel axis size"),
+        "expert": Key(1, "expert-parallel axis size (splits MoE experts over devices)"),
+        "sampler_devices": Key(
+            0,
+            "> 0 gives the sampler the first this many devices (its own mesh, weights "
+            "resharded onto it every step) and the trainer the rest",
+        ),
+    },
+    "critic": {
+        "separate": Key(
+            False,
+            "PPO's critic: a value head on a separate copy of the initial policy instead of "
+            "on the policy",
+        ),
+    },
+}
+
+
+def default_config() -> ConfigDict:
+    """The complete default run config: every key of `SCHEMA` at its default.
+
+    Open sections hold only their own keys (e.g. `algorithm.name`); the preset's, task's and
+    correction's settings default to their signatures. A recipe starts here and sets what it
+    chooses: `config = default_config(); config.train.steps = 10`.
+    """
+    return ConfigDict(
+        {
+            name: (
+                {key: spec.default for key, spec in entry.items()}
+                if isinstance(entry, dict)
+                else entry.default
+            )
+            for name, entry in SCHEMA.items()
+        }
+    )
