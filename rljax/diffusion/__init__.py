@@ -1,5 +1,14 @@
 """Masked-diffusion language models (LLaDA-style): the policy, its block-wise sampler, likelihood
-estimators, RL objectives and a compact RL driver (`rljax.diffusion.train`)."""
+estimators, RL objectives, the algorithms that pair them, and the steps, collector and SFT
+warm start that train them on the one driver (`rljax.train.train` with
+`model.kind = "diffusion"`; `rljax.diffusion.engine`)."""
+
+from rljax.diffusion.algorithms import (
+    DIFFUSION_ALGORITHMS,
+    DiffusionAlgorithm,
+    DiffusionSettings,
+    daca_progress,
+)
 
 from rljax.diffusion.block_size import (
     best_block_sizes,
@@ -39,7 +48,9 @@ from rljax.diffusion.sampler import (
     diffusion_generate_per_row,
     num_transfer_tokens,
 )
-from rljax.diffusion.train import DiffusionRLConfig, evaluate, rl_stage, sft_stage, train
+from rljax.diffusion.collect import DiffusionDraw, decode_texts
+from rljax.diffusion.sft import sft_loss, sft_optimizer
+from rljax.diffusion.steps import DiffusionRolloutConfig, make_diffusion_steps
 
 __all__ = [
     "DiffusionConfig",
@@ -70,9 +81,14 @@ __all__ = [
     "best_block_sizes",
     "block_size_conflict_score",
     "measure_rewards_by_size",
-    "DiffusionRLConfig",
-    "train",
-    "sft_stage",
-    "rl_stage",
-    "evaluate",
+    "DIFFUSION_ALGORITHMS",
+    "DiffusionAlgorithm",
+    "DiffusionSettings",
+    "daca_progress",
+    "DiffusionRolloutConfig",
+    "make_diffusion_steps",
+    "DiffusionDraw",
+    "decode_texts",
+    "sft_loss",
+    "sft_optimizer",
 ]
