@@ -151,7 +151,10 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
         "cuts_fraction": Key(0.5, "CUTS: share of each group sampled that way", min=0, max=1),
         # model.kind="diffusion" only: the block-wise sampler (max_new_tokens is its length).
         "block_size": Key(
-            0, "diffusion: tokens per block, a divisor of max_new_tokens", min=0, hint="0: one block"
+            0,
+            "diffusion: tokens per block, a divisor of max_new_tokens",
+            min=0,
+            hint="0: one block",
         ),
         "steps_per_block": Key(
             0,

@@ -9,12 +9,12 @@ from rljax.diffusion.algorithms import (
     DiffusionSettings,
     daca_progress,
 )
-
 from rljax.diffusion.block_size import (
     best_block_sizes,
     block_size_conflict_score,
     measure_rewards_by_size,
 )
+from rljax.diffusion.collect import DiffusionDraw, decode_texts
 from rljax.diffusion.likelihood import (
     elbo_fixed_count,
     elbo_random_t,
@@ -48,7 +48,6 @@ from rljax.diffusion.sampler import (
     diffusion_generate_per_row,
     num_transfer_tokens,
 )
-from rljax.diffusion.collect import DiffusionDraw, decode_texts
 from rljax.diffusion.sft import sft_loss, sft_optimizer
 from rljax.diffusion.steps import DiffusionRolloutConfig, make_diffusion_steps
 

@@ -143,7 +143,8 @@ class DiffusionDraw:
         by_size = np.asarray(rewards, np.float32).reshape(n, k, g).mean(axis=2)
         best = sizes[best_block_sizes(by_size, sizes)]
         metrics = {"block_size/mean": float(best.mean())}
-        metrics.update({f"block_size/reward_failures_{kind}": float(v) for kind, v in failures.items()})
+        for kind, count in failures.items():
+            metrics[f"block_size/reward_failures_{kind}"] = float(count)
         for size, reward in zip(sizes, by_size.mean(axis=0)):
             metrics[f"block_size/reward_at_{int(size)}"] = float(reward)
         return best, metrics

@@ -97,6 +97,89 @@ def _take(batch: Batch, ids: jax.Array) -> Batch:
     return jax.tree.map(lambda x: x[ids], batch)
 
 
+def _logits_fn(
+    graphdef: nnx.GraphDef, params: nnx.State, prompt_mask: jax.Array, gen_length: int, mask_id: int
+) -> Callable[[jax.Array], jax.Array]:
+    """The estimators' `logits_fn(tokens [B, P + T]) -> [B, P + T, V]` for one prompt batch."""
+    valid = jnp.concatenate(
+        [prompt_mask.astype(bool), jnp.ones((prompt_mask.shape[0], gen_length), bool)], axis=1
+    )
+    return lambda tokens: masked_logits(graphdef, params, tokens, valid, mask_id=mask_id)
+
+
+def diffusion_estimates(
+    algorithm: DiffusionAlgorithm,
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    batch: Batch,
+    key: jax.Array,
+    mask_id: int,
+) -> jax.Array:
+    """Per-token log-prob estimates of the batch's completions under `params`.
+
+    Args:
+      algorithm: picks the estimator (`rljax.diffusion.algorithms`).
+      graphdef, params: the policy (theta, theta_old or ref).
+      batch: the rows; RLDF reads its states from `extras["rldf_masked"]` and
+        `extras["rldf_scored"]` (drawn by prepare).
+      key: the estimator key, the same for theta, theta_old and ref of one optimizer step
+        (the prompt mask, the ELBO masks, the strata; RLDF's states ignore it).
+      mask_id: the MASK id.
+
+    Returns:
+      [B, T] estimates (one-pass, ELBO or stratified), or [B, k, T] for RLDF's states.
+    """
+    s, name = algorithm.settings, algorithm.name
+    completion, mask = batch.completion_tokens, batch.completion_mask
+    fn = _logits_fn(graphdef, params, batch.prompt_mask, completion.shape[1], mask_id)
+    args = (fn, batch.prompt_tokens, completion)
+    if name in ("diffu_grpo", "wd1"):
+        return one_pass_estimate(*args, mask, key, mask_id, s.p_mask_prompt)
+    if name == "daca":
+        return stratified_estimate(*args, mask, key, mask_id, s.num_strata)
+    if name == "rspo":
+        return elbo_fixed_count(*args, mask, key, mask_id, s.elbo_samples)
+    extras = batch.extras
+    return rldf_logprobs(*args, extras[RLDF_MASKED_KEY], extras[RLDF_SCORED_KEY], mask_id)
+
+
+def diffusion_objective(
+    algorithm: DiffusionAlgorithm,
+    logprobs: jax.Array,
+    old: jax.Array | None,
+    ref: jax.Array | None,
+    batch: Batch,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """The algorithm's loss on theta's estimates and theta_old's / ref's on the same masks.
+
+    Token advantages are `batch.advantages` [B, T] (GRPO's sequence advantage on every token
+    through the first EOS, DACA-weighted for daca); the sequence objectives read the advantage
+    at position 0, which is always such a token (`completion_mask` runs up to and including
+    the first EOS).
+
+    Args:
+      algorithm: picks the objective.
+      logprobs: theta's `diffusion_estimates` (differentiated).
+      old: theta_old's, or None (wd1, rspo).
+      ref: ref's, or None without a reference (beta = 0; wd1).
+      batch: the rows (advantages, completion mask, RLDF's scored positions).
+
+    Returns:
+      (loss, metrics) of `diffu_grpo_loss`, `rldf_loss`, `wd1_loss` or `rspo_loss`.
+    """
+    s, name = algorithm.settings, algorithm.name
+    seq_adv = batch.advantages[:, 0]
+    if name in ("diffu_grpo", "daca"):
+        mask = batch.completion_mask
+        return diffu_grpo_loss(logprobs, old, batch.advantages, mask, ref, s.clip_eps, s.beta)
+    if name == "rldf":
+        scored = batch.extras[RLDF_SCORED_KEY]
+        return rldf_loss(logprobs, old, ref, seq_adv, scored, s.clip_eps, s.beta)
+    if name == "wd1":
+        return wd1_loss(logprobs.sum(-1), seq_adv, algorithm.group_size)
+    return rspo_loss(logprobs.sum(-1), ref.sum(-1), seq_adv, s.rspo_beta)
+
+
 def make_diffusion_steps(
     graphdef: nnx.GraphDef,
     optimizer: optax.GradientTransformation,
@@ -163,43 +246,11 @@ def make_diffusion_steps(
             eos_id=rc.eos_id,
         )
 
-    def logits_fn(params, prompt_mask: jax.Array) -> Callable[[jax.Array], jax.Array]:
-        valid = jnp.concatenate(
-            [prompt_mask.astype(bool), jnp.ones((prompt_mask.shape[0], rc.gen_length), bool)], 1
-        )
-        return lambda tokens: masked_logits(graphdef, params, tokens, valid, mask_id=mask_id)
-
     def estimate(params, batch: Batch, key: jax.Array) -> jax.Array:
-        """[B, T] per-token estimates ([B, k, T] for RLDF's states) under `params`."""
-        args = (
-            logits_fn(params, batch.prompt_mask),
-            batch.prompt_tokens,
-            batch.completion_tokens,
-        )
-        mask = batch.completion_mask
-        if name in ("diffu_grpo", "wd1"):
-            return one_pass_estimate(*args, mask, key, mask_id, s.p_mask_prompt)
-        if name == "daca":
-            return stratified_estimate(*args, mask, key, mask_id, s.num_strata)
-        if name == "rspo":
-            return elbo_fixed_count(*args, mask, key, mask_id, s.elbo_samples)
-        extras = batch.extras
-        return rldf_logprobs(*args, extras[RLDF_MASKED_KEY], extras[RLDF_SCORED_KEY], mask_id)
+        return diffusion_estimates(algorithm, graphdef, params, batch, key, mask_id)
 
     def objective(logp, old, ref, batch: Batch):
-        # group_advantages writes A on every token through the first EOS; position 0 is always
-        # such a token (completion_mask runs up to and including the first EOS).
-        seq_adv = batch.advantages[:, 0]
-        if name in ("diffu_grpo", "daca"):
-            return diffu_grpo_loss(
-                logp, old, batch.advantages, batch.completion_mask, ref, s.clip_eps, s.beta
-            )
-        if name == "rldf":
-            scored = batch.extras[RLDF_SCORED_KEY]
-            return rldf_loss(logp, old, ref, seq_adv, scored, s.clip_eps, s.beta)
-        if name == "wd1":
-            return wd1_loss(logp.sum(-1), seq_adv, g)
-        return rspo_loss(logp.sum(-1), ref.sum(-1), seq_adv, s.rspo_beta)
+        return diffusion_objective(algorithm, logp, old, ref, batch)
 
     def plan(state: TrainState, rows: int) -> tuple[jax.Array, jax.Array]:
         """Row ids [E * M, rows / M] of every optimizer step (whole groups, reshuffled each
@@ -288,7 +339,7 @@ def make_diffusion_steps(
 
     def logprobs(state: TrainState, prompt_tokens, prompt_mask, completion_tokens, mask):
         key = jax.random.PRNGKey(0)  # unused: no prompt token is masked
-        fn = logits_fn(state.params, prompt_mask)
+        fn = _logits_fn(graphdef, state.params, prompt_mask, rc.gen_length, mask_id)
         return one_pass_estimate(
             fn, prompt_tokens, completion_tokens, mask.astype(bool), key, mask_id, 0.0
         )
@@ -316,9 +367,7 @@ def make_diffusion_steps(
         jit_per_row = jax.jit(
             rollout_per_row, in_shardings=(st, rows, rows, rows, none, none), out_shardings=rows
         )
-        jit_prepare = jax.jit(
-            prepare, in_shardings=(st, rows), out_shardings=(st, rows, none)
-        )
+        jit_prepare = jax.jit(prepare, in_shardings=(st, rows), out_shardings=(st, rows, none))
         jit_update = jax.jit(
             update, in_shardings=(st, rows), out_shardings=(st, none), donate_argnums=0
         )
