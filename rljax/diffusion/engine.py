@@ -75,17 +75,23 @@ def mask_id(tokenizer: Tokenizer) -> int:
     return tokenizer.vocab_size
 
 
+def _blocks(rollout: ConfigDict) -> tuple[int, int]:
+    """(block_size, steps_per_block) of `rollout.*`: 0 block size is one block of the whole
+    completion; 0 steps per block is one token per step."""
+    block = rollout.block_size or rollout.max_new_tokens
+    return block, rollout.steps_per_block or block
+
+
 def build_diffusion_rollout_config(
     config: ConfigDict, tokenizer: Tokenizer
 ) -> DiffusionRolloutConfig:
-    """The sampler's settings from `rollout.*` (0 block size: one block; 0 steps per block:
-    one token per step)."""
+    """The sampler's settings from `rollout.*` and the tokenizer's EOS and MASK ids."""
     r = config.rollout
-    block = r.block_size or r.max_new_tokens
+    block, steps_per_block = _blocks(r)
     return DiffusionRolloutConfig(
         gen_length=r.max_new_tokens,
         block_size=block,
-        steps_per_block=r.steps_per_block or block,
+        steps_per_block=steps_per_block,
         n_samples=r.n_samples,
         mask_id=mask_id(tokenizer),
         eos_id=tokenizer.eos_id,
@@ -104,7 +110,8 @@ def build_diffusion_algorithm(config: ConfigDict, model_config: Any = None) -> D
     preset = DIFFUSION_ALGORITHMS[a.name]
     kwargs: dict[str, Any] = {k: v for k, v in a.items() if k != "name"}
     if "num_steps" in inspect.signature(preset).parameters and "num_steps" not in kwargs:
-        kwargs["num_steps"] = build_diffusion_rollout_config(config, ByteTokenizer()).num_steps
+        block, steps_per_block = _blocks(config.rollout)
+        kwargs["num_steps"] = config.rollout.max_new_tokens // block * steps_per_block
     try:
         return preset(group_size=config.rollout.n_samples, **kwargs)
     except TypeError as err:
