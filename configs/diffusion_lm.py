@@ -10,11 +10,11 @@ algorithm for diffusion LMs trains on the rewards, on the same driver as every r
 `algorithm.name`: "diffu_grpo" (d1), "rldf", "wd1", "rspo" or "daca" (DACA-GRPO); which
 likelihood estimator each pairs with is in `rljax.diffusion.algorithms`. The values are those
 of the former `rljax.diffusion.train.DiffusionRLConfig` (its `inner_steps=2` is
-`train.epochs=2` over one minibatch; `gen_length` is `rollout.max_new_tokens`). Measured on
-that former driver (one CPU core, 1000 held-out problems, greedy, standard error
-~0.011-0.014): 1700 SFT steps reach 0.138; 60 RL steps from that checkpoint reached means of
-0.206 (diffu-GRPO) and 0.212 (RLDF) over seeds 0 and 1; see the README for the numbers of
-this driver.
+`train.epochs=2` over one minibatch; `gen_length` is `rollout.max_new_tokens`), and the SFT
+stage is bit-identical to the former driver's (same losses, same held-out accuracy). Measured
+numbers (`python -m scripts.compare_diffusion`) are in the README: 1700 SFT steps reach only
+0.034 held-out accuracy on today's code, with the former driver too (the 0.138 it once
+reported does not reproduce), so RL starts from a weak policy.
 """
 
 from ml_collections import ConfigDict
