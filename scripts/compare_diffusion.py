@@ -1,27 +1,31 @@
-"""diffu-GRPO vs RLDF on the tiny diffusion-LM addition recipe, from one shared SFT checkpoint.
+"""Diffusion-LM RL algorithms on the tiny addition recipe (`configs/diffusion_lm.py`), compared.
 
-Runs the SFT warm start of `configs/diffusion_lm.py` once, then RL with each method from that
-same checkpoint for each seed (the seed sets the RL prompt order, the rollout and mask keys;
-the SFT policy and the held-out prompts are shared), and writes the per-step held-out accuracy
-of every run, the config, the wall times and the machine to a JSON file. Accuracies are greedy
-exact-match rates on `eval_size` held-out problems; their standard error is sqrt(p (1 - p) / n).
+Each (algorithm, seed) is one run of the driver (`rljax.train.train`: SFT warm start, then RL,
+with its metrics.jsonl and checkpoints under `--runs`). The SFT stage depends only on the seed
+(model init, data order, masks), so every algorithm of a seed starts RL from the same SFT
+policy, whose held-out accuracy is the step-0 evaluation. Writes the per-step held-out
+accuracy of every run, the config, the wall times and the machine to a JSON file. Accuracies
+are greedy exact-match rates on `task.eval_size` held-out problems; their standard error is
+sqrt(p (1 - p) / n).
 
-Usage: python -m scripts.compare_diffusion [--seeds 0,1] [--steps N] [--sft-steps N]
+Usage: python -m scripts.compare_diffusion [--algorithms diffu_grpo,rldf] [--seeds 0,1]
+  [--steps N] [--sft-steps N] [--runs runs/compare_diffusion]
   [--out benchmarks/results/diffusion.json]
 """
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
+import shutil
 import time
 
 import jax
 import numpy as np
 
 from configs.diffusion_lm import get_config
-from rljax.diffusion.train import ALGORITHMS, DiffusionRLConfig, rl_stage, sft_stage
+from rljax.config import validate_config
+from rljax.train import train
 
 
 def standard_error(accuracy: float, n: int) -> float:
@@ -41,44 +45,39 @@ def machine() -> dict:
     }
 
 
-def compare(config: DiffusionRLConfig, seeds: list[int]) -> dict:
-    """SFT once, then every (algorithm, seed) RL run from it; the JSON-ready results."""
-    n = config.eval_size
-    start = time.time()
-    setup, sft_params, sft_records = sft_stage(config)
-    sft_seconds = time.time() - start
-    sft_accuracy = sft_records[-1]["eval/accuracy"]
-    print(
-        f"SFT: held-out {sft_accuracy:.3f} +- {standard_error(sft_accuracy, n):.3f} "
-        f"({sft_seconds:.0f} s)",
-        flush=True,
-    )
-    runs = {}
-    for algorithm in ALGORITHMS:
-        for seed in seeds:
+def compare(config, algorithms: list[str], seeds: list[int], runs_dir: str) -> dict:
+    """Every (algorithm, seed) run of `config`; the JSON-ready results."""
+    n = config.task.eval_size
+    runs, sft = {}, {}
+    for seed in seeds:
+        for algorithm in algorithms:
+            run_dir = os.path.join(runs_dir, f"{algorithm}_seed{seed}")
+            shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run, not a resume
+            run_config = config.copy_and_resolve_references()
+            run_config.update(seed=seed, run_dir=run_dir)
+            run_config.algorithm.name = algorithm
             start = time.time()
-            rl_config = dataclasses.replace(config, algorithm=algorithm, seed=seed)
-            _, records = rl_stage(setup, sft_params, rl_config)
-            curve = [[0, sft_accuracy]] + [
-                [r["step"], r["eval/accuracy"]] for r in records if "eval/accuracy" in r
-            ]
-            final = curve[-1][1]
+            records = train(run_config)
+            seconds = time.time() - start
+            curve = [[r["step"], r["eval/accuracy"]] for r in records if "eval/accuracy" in r]
+            sft_accuracy, final = curve[0][1], curve[-1][1]
+            sft[seed] = sft_accuracy  # the same for every algorithm of the seed
             runs[f"{algorithm}/seed{seed}"] = {
                 "algorithm": algorithm,
                 "seed": seed,
                 "eval_accuracy": curve,
                 "final_accuracy": final,
                 "final_standard_error": standard_error(final, n),
-                "reward_mean": [r["reward/mean"] for r in records],
-                "wall_seconds": time.time() - start,
+                "reward_mean": [r["reward/mean"] for r in records if "reward/mean" in r],
+                "wall_seconds": seconds,
             }
             print(
-                f"{algorithm} seed {seed}: held-out {sft_accuracy:.3f} -> {final:.3f} +- "
-                f"{standard_error(final, n):.3f} ({time.time() - start:.0f} s)",
+                f"{algorithm} seed {seed}: held-out {sft_accuracy:.3f} (SFT) -> {final:.3f} +- "
+                f"{standard_error(final, n):.3f} ({seconds:.0f} s)",
                 flush=True,
             )
     summary = {}
-    for algorithm in ALGORITHMS:
+    for algorithm in algorithms:
         finals = [r["final_accuracy"] for r in runs.values() if r["algorithm"] == algorithm]
         mean = float(np.mean(finals))
         summary[algorithm] = {
@@ -86,18 +85,12 @@ def compare(config: DiffusionRLConfig, seeds: list[int]) -> dict:
             "final_accuracy_mean": mean,
             # Eval noise of the seed mean (binomial, len(seeds) * n problems).
             "final_standard_error": standard_error(mean, n * len(finals)),
-            "gain_over_sft": mean - sft_accuracy,
+            "gain_over_sft": mean - float(np.mean(list(sft.values()))),
         }
     return {
-        "summary": {
-            "sft_accuracy": sft_accuracy,
-            "sft_standard_error": standard_error(sft_accuracy, n),
-            "eval_size": n,
-            **summary,
-        },
-        "sft": {"records": sft_records, "wall_seconds": sft_seconds},
+        "summary": {"sft_accuracy_per_seed": sft, "eval_size": n, **summary},
         "runs": runs,
-        "config": dataclasses.asdict(config),
+        "config": config.to_dict(),
         "seeds": seeds,
         "machine": machine(),
     }
@@ -105,16 +98,22 @@ def compare(config: DiffusionRLConfig, seeds: list[int]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1", help="comma-separated RL seeds")
+    parser.add_argument("--algorithms", default="diffu_grpo,rldf", help="comma-separated")
+    parser.add_argument("--seeds", default="0,1", help="comma-separated seeds")
     parser.add_argument("--steps", type=int, default=None, help="RL steps (config default)")
     parser.add_argument("--sft-steps", type=int, default=None, help="SFT steps (config default)")
+    parser.add_argument("--runs", default="runs/compare_diffusion", help="run directories")
     parser.add_argument("--out", default="benchmarks/results/diffusion.json")
     args = parser.parse_args()
-    config = DiffusionRLConfig(**get_config().to_dict())
-    overrides = {"steps": args.steps, "sft_steps": args.sft_steps}
-    config = dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None})
+    config = get_config()
+    if args.steps is not None:
+        config.train.steps = args.steps
+    if args.sft_steps is not None:
+        config.sft.steps = args.sft_steps
+    validate_config(config)  # before the first run: a bad override fails at once
+    algorithms = args.algorithms.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
-    results = compare(config, seeds)
+    results = compare(config, algorithms, seeds, args.runs)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)

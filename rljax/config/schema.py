@@ -50,6 +50,13 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
     "run_dir": Key("runs/default", "where checkpoints, metrics.jsonl and config.json go"),
     # The policy: from scratch with these sizes when `checkpoint` is "".
     "model": {
+        "kind": Key(
+            "causal",
+            '"causal": a decoder LM sampled token by token; "diffusion": a masked-diffusion LM '
+            "(LLaDA-style, from scratch; rljax.diffusion) with its block-wise sampler, masked "
+            "SFT and the diffusion algorithms",
+            choices=("causal", "diffusion"),
+        ),
         "checkpoint": Key(
             "",
             '"": a byte-level model from scratch (sizes below); else a local HF checkpoint '
@@ -95,6 +102,15 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
         "steps": Key(800, "SFT warm-start steps before RL (0: none)", min=0),
         "batch_size": Key(64, "SFT examples per step (checked when steps > 0)"),
         "learning_rate": Key(1e-3, "SFT learning rate (checked when steps > 0)"),
+        # model.kind="diffusion" only: LLaDA's masked SFT with AdamW, warm-up then cosine.
+        "warmup_steps": Key(0, "diffusion: linear warm-up steps of the SFT learning rate", min=0),
+        "weight_decay": Key(0.0, "diffusion: AdamW weight decay of the SFT", min=0),
+        "mask_eps": Key(
+            1e-3,
+            "diffusion: lower bound of the SFT masking ratio t ~ U(mask_eps, 1) (LLaDA: 1e-3)",
+            min=0,
+            max=0.999,
+        ),
     },
     "rollout": {
         "max_new_tokens": Key(5, "completion tokens sampled per prompt", min=1),
@@ -133,6 +149,29 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
         ),
         "cuts_ratio": Key(math.e, "CUTS: probability ratio to the top token", min=1),
         "cuts_fraction": Key(0.5, "CUTS: share of each group sampled that way", min=0, max=1),
+        # model.kind="diffusion" only: the block-wise sampler (max_new_tokens is its length).
+        "block_size": Key(
+            0,
+            "diffusion: tokens per block, a divisor of max_new_tokens",
+            min=0,
+            hint="0: one block",
+        ),
+        "steps_per_block": Key(
+            0,
+            "diffusion: denoising steps (forward passes) per block",
+            min=0,
+            hint="0: one token per step",
+        ),
+        "remasking": Key(
+            "low_confidence",
+            "diffusion: which masked positions each step unmasks first",
+            choices=("low_confidence", "random"),
+        ),
+        "block_sizes": Key(
+            (),
+            "diffusion: Block-R1's candidate block sizes; each prompt's group is sampled at the "
+            "candidate with the highest measured mean reward (): off",
+        ),
     },
     # Open: the correction's keyword arguments (rljax.quant.mismatch).
     "rollout_correction": {

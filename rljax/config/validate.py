@@ -38,7 +38,39 @@ from rljax.parallel.mesh import MESH_AXES
 # Arguments the driver passes itself, by section: {argument: the config key it comes from}.
 _DRIVER_ARGUMENTS = {"algorithm": {"group_size": "rollout.n_samples"}, "task": {"seed": "seed"}}
 # Preset arguments filled from the run when the config leaves them out (build_algorithm).
-_RUN_ARGUMENTS = ("vocab_size", "total_steps")
+_RUN_ARGUMENTS = ("vocab_size", "total_steps", "num_steps")
+# Keys only a masked-diffusion policy reads (model.kind="diffusion"), and the causal-LM
+# features a diffusion run does not have, with the value that turns each off.
+_DIFFUSION_ONLY = (
+    "rollout.block_size",
+    "rollout.steps_per_block",
+    "rollout.remasking",
+    "rollout.block_sizes",
+    "sft.warmup_steps",
+    "sft.weight_decay",
+    "sft.mask_eps",
+)
+_CAUSAL_ONLY = {
+    "model.checkpoint": "",
+    "model.num_experts": 0,
+    "model.remat": "none",
+    "model.attention_chunk": 0,
+    "task.chat_template": False,
+    "rollout.top_k": 0,
+    "rollout.top_p": 1.0,
+    "rollout.weight_format": "none",
+    "rollout.cuts_top_k": 0,
+    "rollout.aqn_sigma_start": 0.0,
+    "rollout_correction.name": "none",
+    "reward.token_level": False,
+    "prompt_selection.name": "none",
+    "replay.name": "none",
+    "lope.num_perturbed": 0,
+    "train.microbatches": 1,
+    "train.pack_ratio": 0.0,
+    "train.max_staleness": 0,
+    "mesh.sampler_devices": 0,
+}
 
 
 def validate_config(config: ConfigDict) -> ConfigDict:
@@ -81,6 +113,13 @@ def _builders():
     return builders
 
 
+def _diffusion():
+    """rljax.diffusion.algorithms, imported on first use (rljax.diffusion imports rljax.train)."""
+    from rljax.diffusion import algorithms
+
+    return algorithms
+
+
 def _complete(config: ConfigDict) -> ConfigDict:
     """A copy of `config` (already checked for keys and types) with every missing key of
     `SCHEMA` at its default, schema keys first; float keys given as ints become floats."""
@@ -112,13 +151,17 @@ def _as_declared(spec: Key, value: Any) -> Any:
 
 def _check_keys_and_types(config: ConfigDict) -> None:
     """Every key is in the schema (or the named callable's signature) with a value of its type."""
+    model = config.get("model") or {}
+    kind = model.get("kind", SCHEMA["model"]["kind"].default)
+    _check_type("model.kind", kind, (str,))
+    _check_range("model.kind", kind, SCHEMA["model"]["kind"])  # it picks the algorithms
     for key, value in config.items():
         if key not in SCHEMA:
             _unknown(key, SCHEMA)
         if isinstance(SCHEMA[key], dict):
             if not isinstance(value, (ConfigDict, Mapping)):
                 raise ValueError(f"{key}={value!r} must be a section (a ConfigDict of settings)")
-            _check_section(key, value, SCHEMA[key])
+            _check_section(key, value, SCHEMA[key], kind)
         else:
             _check_type(key, value, _types_of_value(SCHEMA[key].default))
 
@@ -131,12 +174,15 @@ class _Setting(NamedTuple):
     kinds: tuple[type, ...] | None
 
 
-def _check_section(section: str, values: Mapping[str, Any], schema: dict[str, Key]) -> None:
-    """The keys of one section: the schema's, plus the named callable's for open sections."""
+def _check_section(
+    section: str, values: Mapping[str, Any], schema: dict[str, Key], kind: str = "causal"
+) -> None:
+    """The keys of one section: the schema's, plus the named callable's for open sections
+    (the algorithm presets of the policy's `kind`)."""
     name, params = None, {}
     if section in OPEN_SECTIONS:
         name = values.get("name", schema["name"].default)  # not yet completed
-        params = _callable_parameters(section, name)
+        params = _callable_parameters(section, name, kind)
     for key, value in values.items():
         full = f"{section}.{key}"
         if key in schema:
@@ -157,25 +203,37 @@ def _check_section(section: str, values: Mapping[str, Any], schema: dict[str, Ke
             )
 
 
-def _callable_parameters(section: str, name: Any) -> dict[str, _Setting]:
+def _algorithms(kind: str) -> Mapping[str, Callable[..., Any]]:
+    """The algorithm presets of a policy kind (`model.kind`)."""
+    return _diffusion().DIFFUSION_ALGORITHMS if kind == "diffusion" else _builders().ALGORITHMS
+
+
+def _callable_parameters(section: str, name: Any, kind: str = "causal") -> dict[str, _Setting]:
     """{key: its default and types} of the settings that `section.name` accepts.
 
-    An algorithm preset's are `rljax.train.builders.preset_settings`' (a dataclass
-    parameter's fields are keys, with the fields' annotations); a task's or a rollout
-    correction's are its named keyword arguments. The arguments the driver passes itself
-    (`_DRIVER_ARGUMENTS`) are left out; a name that is not registered is an error naming the
-    key (with the closest registered name).
+    An algorithm preset (of the policy's `kind`) has `rljax.train.builders.preset_settings`'
+    keys (a dataclass parameter's fields are keys, with the fields' annotations); a task's or
+    a rollout correction's are its named keyword arguments. The arguments the driver passes
+    itself (`_DRIVER_ARGUMENTS`) are left out; a name that is not registered is an error
+    naming the key (with the closest registered name, or the `model.kind` whose algorithm it
+    is).
     """
     _check_type(f"{section}.name", name, (str,))
     b = _builders()
     registry = {
-        "algorithm": b.ALGORITHMS,
+        "algorithm": _algorithms(kind),
         "task": TASKS,
         "rollout_correction": b.ROLLOUT_CORRECTIONS,
     }
     known = registry[section]
     if section == "rollout_correction" and name == "none":
         return {}
+    other = "causal" if kind == "diffusion" else "diffusion"
+    if section == "algorithm" and name not in known and name in _algorithms(other):
+        raise ValueError(
+            f"algorithm.name={name!r} is a model.kind={other!r} algorithm; set "
+            f"--config.model.kind={other} or choose one of {sorted(known)}"
+        )
     if name not in known:
         names = sorted(known) + (["none"] if section == "rollout_correction" else [])
         close = difflib.get_close_matches(name, names, n=1)
@@ -447,8 +505,56 @@ def _check_model(config: ConfigDict) -> None:
 # --- feature combinations ------------------------------------------------------------------
 
 
+def _check_kind(config: ConfigDict) -> None:
+    """A causal run sets no diffusion key; a diffusion run uses none of the causal-LM features
+    it does not have, and its block sizes fit the completion and the step budget."""
+    value = lambda key: config[key.split(".")[0]][key.split(".")[1]]  # noqa: E731
+    if config.model.kind != "diffusion":
+        for key in _DIFFUSION_ONLY:
+            section, name = key.split(".")
+            if value(key) != SCHEMA[section][name].default:
+                raise ValueError(
+                    f"{key}={value(key)!r} applies to model.kind='diffusion' only; remove it "
+                    "or set --config.model.kind=diffusion"
+                )
+        return
+    for key, off in _CAUSAL_ONLY.items():
+        if value(key) != off:
+            raise ValueError(
+                f"{key}={value(key)!r} is not supported with model.kind='diffusion' (yet); "
+                f"set {key}={off!r}"
+            )
+    r, t = config.rollout, config.train
+    gen = r.max_new_tokens
+    block = r.block_size or gen
+    if gen % block:
+        raise ValueError(
+            f"rollout.block_size={block} must divide rollout.max_new_tokens={gen} (0: one block)"
+        )
+    steps = gen // block * (r.steps_per_block or block)
+    sizes = tuple(r.block_sizes)
+    if len(set(sizes)) != len(sizes):
+        raise ValueError(f"rollout.block_sizes={sizes} must be distinct")
+    for size in sizes:
+        if not isinstance(size, int) or size < 1 or gen % size or steps % (gen // size):
+            raise ValueError(
+                f"rollout.block_sizes entry {size!r} must divide rollout.max_new_tokens={gen} "
+                f"into a number of blocks that divides the {steps} denoising steps; drop it or "
+                "raise rollout.steps_per_block"
+            )
+    if t.prompts_per_step % t.minibatches:
+        raise ValueError(
+            f"train.prompts_per_step={t.prompts_per_step} prompt groups do not split into "
+            f"train.minibatches={t.minibatches} (diffusion minibatches hold whole groups)"
+        )
+    settings = {k: v for k, v in config.algorithm.items() if k != "name"}
+    settings.pop("num_steps", None)
+    _diffusion().DiffusionSettings(**settings)  # ranges, naming algorithm.* keys
+
+
 def _check_combinations(config: ConfigDict) -> None:
     """Features that do not combine, and prompt-selection settings."""
+    _check_kind(config)
     t, b = config.train, _builders()
     if config.reward.token_level:
         if config.algorithm.name != "ppo":

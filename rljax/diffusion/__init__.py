@@ -1,11 +1,20 @@
 """Masked-diffusion language models (LLaDA-style): the policy, its block-wise sampler, likelihood
-estimators, RL objectives and a compact RL driver (`rljax.diffusion.train`)."""
+estimators, RL objectives, the algorithms that pair them, and the steps, collector and SFT
+warm start that train them on the one driver (`rljax.train.train` with
+`model.kind = "diffusion"`; `rljax.diffusion.engine`)."""
 
+from rljax.diffusion.algorithms import (
+    DIFFUSION_ALGORITHMS,
+    DiffusionAlgorithm,
+    DiffusionSettings,
+    daca_progress,
+)
 from rljax.diffusion.block_size import (
     best_block_sizes,
     block_size_conflict_score,
     measure_rewards_by_size,
 )
+from rljax.diffusion.collect import DiffusionDraw, decode_texts
 from rljax.diffusion.likelihood import (
     elbo_fixed_count,
     elbo_random_t,
@@ -39,7 +48,8 @@ from rljax.diffusion.sampler import (
     diffusion_generate_per_row,
     num_transfer_tokens,
 )
-from rljax.diffusion.train import DiffusionRLConfig, evaluate, rl_stage, sft_stage, train
+from rljax.diffusion.sft import sft_loss, sft_optimizer
+from rljax.diffusion.steps import DiffusionRolloutConfig, make_diffusion_steps
 
 __all__ = [
     "DiffusionConfig",
@@ -70,9 +80,14 @@ __all__ = [
     "best_block_sizes",
     "block_size_conflict_score",
     "measure_rewards_by_size",
-    "DiffusionRLConfig",
-    "train",
-    "sft_stage",
-    "rl_stage",
-    "evaluate",
+    "DIFFUSION_ALGORITHMS",
+    "DiffusionAlgorithm",
+    "DiffusionSettings",
+    "daca_progress",
+    "DiffusionRolloutConfig",
+    "make_diffusion_steps",
+    "DiffusionDraw",
+    "decode_texts",
+    "sft_loss",
+    "sft_optimizer",
 ]

@@ -12,6 +12,7 @@ from rljax.train.critic import critic_values, init_critic
 from rljax.train.evaluation import greedy_eval, pass_at_k, restore_policy, sample_eval
 from rljax.train.guard import SkipGuard
 from rljax.train.host_batch import HostBatch
+from rljax.train.kinds import PolicyKind, policy_kind
 from rljax.train.logprobs import (
     completion_logprobs,
     policy_states,
@@ -33,6 +34,8 @@ __all__ = [
     "Collector",
     "GroupCollector",
     "HostBatch",
+    "PolicyKind",
+    "policy_kind",
     "refill",
     "critic_values",
     "init_critic",

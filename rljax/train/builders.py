@@ -512,8 +512,11 @@ def token_level_rewards(config: ConfigDict) -> bool:
 
 def build_optimizer(t: ConfigDict) -> optax.GradientTransformation:
     """AdamW with linear warm-up and gradient clipping. Non-finite updates are skipped by the
-    update step itself (`rljax.train.guard`), which also names the culprit tensor."""
-    schedule = optax.linear_schedule(0.0, t.learning_rate, max(t.warmup_steps, 1))
+    update step itself (`rljax.train.guard`), which also names the culprit tensor.
+    `warmup_steps=0` is the constant rate from the first update."""
+    schedule = t.learning_rate
+    if t.warmup_steps:
+        schedule = optax.linear_schedule(0.0, t.learning_rate, t.warmup_steps)
     return optax.chain(
         optax.clip_by_global_norm(t.max_grad_norm),
         optax.adamw(schedule, weight_decay=t.weight_decay),

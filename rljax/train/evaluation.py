@@ -93,6 +93,11 @@ def restore_policy(
     """
     if step is not None and step < 0:
         raise ValueError(f"step={step} must be >= 0 (0: the untrained model; None: the newest)")
+    if config.model.kind != "causal":
+        raise ValueError(
+            f"model.kind={config.model.kind!r}: restoring and sampling a policy here supports "
+            "causal LMs only; a diffusion run's greedy evaluations are in its metrics.jsonl"
+        )
     directory = os.path.join(os.path.abspath(config.run_dir), "checkpoints")
     missing = (
         f"no checkpoint in {directory}; train with this config and run_dir first, or evaluate "

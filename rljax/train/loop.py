@@ -1,8 +1,9 @@
 """The driver: collect -> learn each batch -> log -> checkpoint.
 
-It only orchestrates. Every object comes from the config (`rljax.train.builders`, the
-collector from `rljax.train.collection`), everything numerical runs in the jitted steps of
-`rljax.train.steps`, and what a step learns from is the collector's business. A checkpoint
+It only orchestrates. Every object comes from the config through the builders of the policy's
+kind (`model.kind`, `rljax.train.kinds`: a causal LM's `rljax.train.builders`, steps and
+collectors, or a masked-diffusion LM's `rljax.diffusion.engine`), everything numerical runs in
+the jitted steps, and what a step learns from is the collector's business. A checkpoint
 holds (train state, data-iterator state, collector state), so a run resumed after a crash
 produces the same metrics as one never stopped.
 """
@@ -28,27 +29,17 @@ from rljax.metrics.writers import MetricsWriter, SamplesWriter, to_scalars
 from rljax.models.tokenizer import Tokenizer
 from rljax.parallel.distributed import allgather, to_global
 from rljax.parallel.rules import DEFAULT_RULES, mesh_shardings, shard_params
-from rljax.train.builders import (
-    build_algorithm,
-    build_mesh,
-    build_optimizer,
-    build_policy,
-    build_rollout_config,
-    build_task,
-    build_train_state,
-    build_update_config,
-)
+from rljax.train.builders import build_mesh, build_optimizer, build_task
 from rljax.train.checkpoint import Checkpointer
-from rljax.train.collection import build_collector, check_multi_process
+from rljax.train.collection import check_multi_process
 from rljax.train.collector import Collector
 from rljax.train.compile_cache import enable_compilation_cache
-from rljax.train.evaluation import greedy_eval
 from rljax.train.faults import maybe_kill
 from rljax.train.guard import SkipGuard, tensor_names
 from rljax.train.host_batch import HostBatch
-from rljax.train.prompts import Prompts, train_prompts, warm_start
+from rljax.train.kinds import policy_kind
+from rljax.train.prompts import Prompts, train_prompts
 from rljax.train.scoring import decode_completions
-from rljax.train.steps import make_steps
 from rljax.train.timing import STEP_PHASES, CompileClock, add_time, timed
 
 
@@ -70,11 +61,12 @@ def train(
     if multi:
         check_multi_process(config)
     lead = jax.process_index() == 0  # writes metrics and shows progress
+    kind = policy_kind(config)  # "causal" or "diffusion": the builders below
     task = build_task(config)
-    tokenizer, model_config, graphdef, params = build_policy(config)
+    tokenizer, model_config, graphdef, params = kind.build_policy(config)
     prompts = Prompts.from_config(config, tokenizer)
     params = shard_params(params, mesh)
-    algorithm = build_algorithm(config, model_config.vocab_size)
+    algorithm = kind.build_algorithm(config, model_config)
     optimizer = build_optimizer(t)
 
     run_dir = os.path.abspath(config.run_dir)
@@ -95,19 +87,19 @@ def train(
         records.append({"step": step, **scalars})
 
     def run_eval(params) -> dict[str, float]:
-        return greedy_eval(graphdef, params, task, prompts, config, mesh if multi else None)
+        return kind.evaluate(graphdef, params, task, prompts, config, mesh if multi else None)
 
     data = train_prompts(config, task, prompts)
     if start is None:
         if config.sft.steps > 0:
-            params = warm_start(graphdef, params, task, prompts, config, log, mesh)
-        state, critic_graphdef = build_train_state(
+            params = kind.warm_start(graphdef, params, task, prompts, config, log, mesh)
+        state, critic_graphdef = kind.build_train_state(
             config, model_config, params, algorithm, optimizer
         )
         start = 0
         log(0, run_eval(state.params))
     else:
-        like, critic_graphdef = build_train_state(
+        like, critic_graphdef = kind.build_train_state(
             config, model_config, params, algorithm, optimizer
         )
         # Restore straight into the mesh's shardings (no cross-host transfer afterwards).
@@ -118,17 +110,10 @@ def train(
 
     shardings = mesh_shardings(state, mesh)
     state = jax.device_put(state, shardings)
-    steps = make_steps(
-        graphdef,
-        optimizer,
-        algorithm,
-        build_rollout_config(config, tokenizer),
-        build_update_config(config),
-        mesh,
-        shardings,
-        critic_graphdef=critic_graphdef,
+    steps = kind.make_steps(
+        config, tokenizer, graphdef, optimizer, algorithm, mesh, shardings, critic_graphdef
     )
-    collector = build_collector(
+    collector = kind.build_collector(
         config, task, tokenizer, data, algorithm, graphdef, optimizer, mesh, state, steps
     )
     if wrap_collector is not None:

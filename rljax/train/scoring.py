@@ -40,15 +40,17 @@ def score_rollout(
     repeats: int,
     scorer: Scorer = score_completions,
     grouped: bool = True,
+    decode: Callable[[Tokenizer, np.ndarray, np.ndarray], list[str]] = decode_completions,
 ):
     """Rewards of decoded completions ([N * repeats]) and the reward-function failure counts.
 
     With `grouped`, a task with a `group_rewards(completions, answer)` method scores each
     prompt's `repeats` samples together (e.g. CRPS credit, a training signal), in this
     process; otherwise `scorer` runs `task.reward` on every completion (evaluation scores
-    each answer on its own).
+    each answer on its own). `decode(tokenizer, tokens, mask)` turns completions into texts
+    (a diffusion policy keeps special tokens visible: `rljax.diffusion.collect`).
     """
-    texts = decode_completions(tokenizer, np.asarray(tokens), np.asarray(mask))
+    texts = decode(tokenizer, np.asarray(tokens), np.asarray(mask))
     if grouped and hasattr(task, "group_rewards"):
         return score_groups(task.group_rewards, texts, decode_answers(prompts), repeats)
     repeat = lambda xs: [x for x in xs for _ in range(repeats)]

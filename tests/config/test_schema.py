@@ -118,6 +118,18 @@ RECIPE_BEFORE = {
 OPTIONAL_BEFORE = {"critic.separate": False, "task.max_answer_len": 32}
 # Keys added after the old recipe, with their defaults.
 ADDED_SINCE = {"train.old_logprobs": "auto", "train.compilation_cache": "~/.cache/rljax/jax"}
+# Keys added with the diffusion policy on the driver (model.kind; the others are read by a
+# model.kind="diffusion" run only), at their defaults in a causal recipe.
+DIFFUSION_KEYS = {
+    "model.kind": "causal",
+    "sft.warmup_steps": 0,
+    "sft.weight_decay": 0.0,
+    "sft.mask_eps": 1e-3,
+    "rollout.block_size": 0,
+    "rollout.steps_per_block": 0,
+    "rollout.remasking": "low_confidence",
+    "rollout.block_sizes": (),
+}
 # Defaults that are not the recipe's choice (the recipe sets them).
 RECIPE_ONLY = {"run_dir"}
 
@@ -145,7 +157,12 @@ def test_default_config_equals_the_old_recipe_where_they_overlap():
 
 
 def test_the_recipe_is_the_old_recipe_plus_the_optional_defaults():
-    assert flat(get_config()) == {**flat(RECIPE_BEFORE), **OPTIONAL_BEFORE, **ADDED_SINCE}
+    assert flat(get_config()) == {
+        **flat(RECIPE_BEFORE),
+        **OPTIONAL_BEFORE,
+        **ADDED_SINCE,
+        **DIFFUSION_KEYS,
+    }
 
 
 def test_every_key_has_a_one_line_doc_and_a_default_in_its_range():

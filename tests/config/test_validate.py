@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CONFIGS = sorted(
     os.path.basename(p)[:-3]
     for p in glob.glob(os.path.join(ROOT, "configs", "*.py"))
-    if os.path.basename(p) not in ("__init__.py", "diffusion_lm.py")
+    if os.path.basename(p) != "__init__.py"
 )
 
 # Compilation events (tracing, lowering, XLA compile: all fire even when the persistent cache
@@ -62,6 +62,78 @@ def test_every_config_passes(name, tmp_path):
     if name == "ppo_mbpp":  # its data paths are placeholders set on the command line
         config.task.update(train_path=str(tmp_path / "train.jsonl"), test_path=None)
     validate_config(config)
+
+
+def _diffusion_config():
+    return importlib.import_module("configs.diffusion_lm").get_config()
+
+
+@pytest.mark.parametrize(
+    "recipe,key,value,expected",
+    [
+        (
+            "diffusion",
+            "model.kind",
+            "difusion",
+            "model.kind='difusion' is unknown; use 'causal' or 'diffusion'",
+        ),
+        (
+            "diffusion",
+            "algorithm.name",
+            "grpo",
+            "algorithm.name='grpo' is a model.kind='causal' algorithm; set "
+            "--config.model.kind=causal or choose one of ['daca', 'diffu_grpo', 'rldf', 'rspo', "
+            "'wd1']",
+        ),
+        ("causal", "algorithm.name", "rldf", "algorithm.name='rldf' is a model.kind='diffusion'"),
+        (
+            "causal",
+            "rollout.block_size",
+            2,
+            "rollout.block_size=2 applies to model.kind='diffusion' only; remove it or set "
+            "--config.model.kind=diffusion",
+        ),
+        (
+            "diffusion",
+            "model.checkpoint",
+            "smollm2",
+            "model.checkpoint='smollm2' is not supported with model.kind='diffusion' (yet); set "
+            "model.checkpoint=''",
+        ),
+        (
+            "diffusion",
+            "train.microbatches",
+            2,
+            "train.microbatches=2 is not supported with model.kind='diffusion' (yet); set "
+            "train.microbatches=1",
+        ),
+        (
+            "diffusion",
+            "rollout.block_size",
+            3,
+            "rollout.block_size=3 must divide rollout.max_new_tokens=4 (0: one block)",
+        ),
+        ("diffusion", "rollout.block_sizes", (2, 2), "rollout.block_sizes=(2, 2) must be distinct"),
+        ("diffusion", "algorithm.clip_eps", 1.5, "algorithm.clip_eps=1.5 must be in [0, 1)"),
+        (
+            "diffusion",
+            "algorithm.rldf_kk",
+            2,
+            "unknown config key algorithm.rldf_kk (for algorithm.name='diffu_grpo'); did you mean "
+            "algorithm.rldf_k?",
+        ),
+        ("diffusion", "sft.mask_eps", 1.0, "sft.mask_eps=1.0 must be in [0, 0.999]"),
+    ],
+)
+def test_diffusion_keys_and_kind_mismatches_are_named(recipe, key, value, expected):
+    config = _diffusion_config() if recipe == "diffusion" else get_config()
+    assert error_of(with_value(config, key, value)).startswith(expected)
+
+
+@pytest.mark.parametrize("name", ["diffu_grpo", "rldf", "wd1", "rspo", "daca"])
+def test_the_diffusion_recipe_validates_with_every_diffusion_algorithm(name):
+    config = validate_config(with_value(_diffusion_config(), "algorithm.name", name))
+    assert config.model.kind == "diffusion" and config.algorithm.rldf_k == 2
 
 
 def test_a_required_placeholder_left_unset_is_named():

@@ -2,15 +2,13 @@
 the best-size and conflict-score rules on hand-computed cases, the reward measurement against
 scalar rollouts, and two RL steps of the driver with the option on."""
 
-import dataclasses
-import importlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rljax.data import prompt_batches, prompt_dataset
+from rljax.config import validate_config
+from rljax.diffusion import collect, engine
 from rljax.diffusion.block_size import (
     best_block_sizes,
     block_size_conflict_score,
@@ -22,10 +20,7 @@ from rljax.diffusion.sampler import (
     diffusion_generate_per_row,
     num_transfer_tokens,
 )
-from rljax.diffusion.train import DiffusionRLConfig, setup
-
-# The module, not the `train` function that rljax.diffusion re-exports under the same name.
-train = importlib.import_module("rljax.diffusion.train")
+from rljax.train import train
 
 CONFIG = diffusion_config(
     11, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32, rope_theta=10.0
@@ -193,74 +188,54 @@ def test_measure_rewards_by_size_matches_greedy_scalar_rollouts(model):
     assert len(np.unique(rewards % 10)) > 1  # the rewards vary, so the layout is tested
 
 
-TINY = DiffusionRLConfig(
-    d_model=32,
-    n_layers=1,
-    n_heads=2,
-    n_kv_heads=1,
-    d_ff=64,
-    gen_length=4,
-    block_size=4,
-    steps_per_block=4,
-    eval_size=4,
-    prompts_per_step=2,
-    group_size=2,
-    learning_rate=1e-2,
-    inner_steps=1,
-    steps=2,
-    algorithm="rldf",
-    block_sizes=(1, 2, 4),
-)
+def _block_r1_config(tiny_config, **rollout):
+    """RLDF with candidate block sizes 1, 2, 4 over 4 tokens in 4 denoising steps."""
+    config = tiny_config(name="rldf")
+    config.rollout.update({"steps_per_block": 4, "block_sizes": (1, 2, 4), **rollout})
+    config.train.epochs = 1
+    return config
 
 
-class _AlternatingTask:
-    """Rewards 0, 1, 0, 1, ... in call order, so every group has a nonzero advantage."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def reward(self, text, answer):
-        self.calls += 1
-        return float(self.calls % 2)
-
-
-def test_driver_trains_each_prompt_at_its_measured_best_size(monkeypatch):
-    # The real measurement runs (shape checked); its result is replaced by rewards whose best
-    # sizes are known: prompt 0 -> 1 (highest reward), prompt 1 -> 4 (a three-way tie).
+def test_driver_trains_each_prompt_at_its_measured_best_size(
+    monkeypatch, tmp_path, tiny_config, alternating_task
+):
+    # The real measurement runs (shape checked); its result is replaced by best sizes that are
+    # known: even prompts -> 1 (highest reward), odd ones -> 4 (a three-way tie, larger wins).
     measured, used = [], []
 
-    def measure(*args, **kwargs):
-        measured.append(measure_rewards_by_size(*args, **kwargs))
-        return np.array([[0.5, 0.0, 0.0], [0.5, 0.5, 0.5]])
+    def best(rewards_by_size, sizes):
+        measured.append(np.shape(rewards_by_size))
+        return best_block_sizes(np.array([[0.5, 0.0, 0.0], [0.5, 0.5, 0.5]] * 4), sizes)
 
-    def generate(*args, **kwargs):
-        used.append(np.asarray(args[5]))
-        return diffusion_generate_per_row(*args, **kwargs)
+    def sharded(rollout, mesh):
+        run = collect.sharded_rollout(rollout, mesh)
 
-    monkeypatch.setattr(train, "measure_rewards_by_size", measure)
-    monkeypatch.setattr(train, "diffusion_generate_per_row", generate)
-    s, params = setup(TINY)
-    data = prompt_dataset(s.task, "train", s.tokenizer, TINY.max_prompt_len, seed=0)
-    s = dataclasses.replace(s, task=_AlternatingTask())
-    batches = prompt_batches(data, TINY.prompts_per_step)
-    optimizer = train.rl_optimizer(TINY)
-    fns = train.RLFunctions(s.graphdef, optimizer, TINY, s.mask_id)
-    start, opt_state = params, optimizer.init(params)
-    for step in range(2):  # RLDF replays states from the per-row step maps
-        params, opt_state, metrics = train.rl_step(
-            s, fns, params, start, opt_state, next(batches), jax.random.PRNGKey(step)
-        )
+        def record(state, tokens, mask, attempt=0, block_sizes=None, salt=0):
+            if salt == 0:  # the training rollout: its per-prompt sizes
+                used.append(np.asarray(block_sizes).tolist())
+            return run(state, tokens, mask, attempt, block_sizes, salt)
+
+        return record
+
+    monkeypatch.setattr(collect, "best_block_sizes", best)
+    monkeypatch.setattr(engine, "sharded_rollout", sharded)
+    config = _block_r1_config(tiny_config)
+    config.task.name = alternating_task
+    config.train.update(steps=2, eval_every=2, checkpoint_every=2)
+    config.sft.steps = 0
+    config.run_dir = str(tmp_path)
+    records = {r["step"]: r for r in train(config)}
+    for step in (1, 2):  # RLDF replays states from the per-row step maps
+        metrics = records[step]
         assert np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
         assert metrics["block_size/mean"] == 2.5
-    assert [m.shape for m in measured] == [(2, 3)] * 2
-    np.testing.assert_array_equal(used, [[1, 1, 4, 4]] * 2)
-    assert any(
-        not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(start), jax.tree.leaves(params))
-    )
+    assert measured == [(8, 3)] * 2
+    assert used == [[1, 4] * 4] * 2
 
 
-def test_driver_rejects_block_sizes_that_do_not_fit_the_step_budget():
+def test_validation_rejects_block_sizes_that_do_not_fit_the_step_budget(tiny_config):
+    validate_config(_block_r1_config(tiny_config))
     with pytest.raises(ValueError, match="block_sizes entry 3"):
-        dataclasses.replace(TINY, block_sizes=(2, 3))
+        validate_config(_block_r1_config(tiny_config, block_sizes=(2, 3)))
     with pytest.raises(ValueError, match="block_sizes entry 1"):  # 4 blocks, 2 steps
-        dataclasses.replace(TINY, steps_per_block=2)
+        validate_config(_block_r1_config(tiny_config, steps_per_block=2))

@@ -84,12 +84,24 @@ SAMPLERS = (
     "--config.sft.batch_size=32",
     "--config.sft.learning_rate=3e-3",
 )
+# A masked-diffusion policy on the same driver (model.kind="diffusion"): RLDF replaying states
+# drawn in prepare, Block-R1's measured per-prompt block sizes, 2 optimizer steps (minibatches)
+# per rollout, after a short masked SFT on 1-digit sums.
+DIFFUSION = (
+    "--config.algorithm.name=rldf",
+    "--config.rollout.block_sizes=(1, 2, 4)",
+    "--config.task.max_digits=1",
+    "--config.sft.steps=100",
+    "--config.sft.batch_size=64",
+    "--config.sft.warmup_steps=10",
+)
 # Where each recipe's run is killed, in turn, before the last resume. GRPO: in step 3's
 # rollout and in step 4's update (both after the step-2 checkpoint), then while the step-4
 # checkpoint is being written in the background, which must not be picked up half-written.
 RECIPES = {
     "grpo": ("configs/grpo_addition.py", (), ("3:rollout", "4:update", "4:checkpoint")),
     "uec_rl": ("configs/uec_rl_addition.py", UEC, ("2:saved",)),
+    "diffusion": ("configs/diffusion_lm.py", DIFFUSION, ("4:update",)),
     "samplers": ("configs/grpo_addition.py", SAMPLERS, ("2:saved",)),
     # Bounded staleness: step 3 samples with the parameters of step 1, which only the
     # checkpointed version queue still holds after the crash.
@@ -119,6 +131,9 @@ def test_killed_run_resumes_with_identical_metrics(tmp_path, recipe):
         assert a[3]["selection/replay"] == 3 * 4 * 4  # DARE: three steps of 4 x 4 rollouts
         assert a[3]["replay/buffer"] > 0 and "replay/loss" in a[3]
         assert "lope/failed_groups" in a[3]
+    if recipe == "diffusion":  # every step sampled at measured block sizes and updated twice
+        assert all("block_size/mean" in a[s] and "rldf/scored_tokens" in a[s] for s in a if s > 0)
+        assert a[-1]["sft/loss"] < a[-100]["sft/loss"]
     if recipe == "staleness":
         assert [a[s]["staleness/versions"] for s in (1, 2, 3, 4)] == [0.0, 1.0, 2.0, 2.0]
 
