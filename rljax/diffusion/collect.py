@@ -17,6 +17,7 @@ to the larger size).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ from rljax.train.collector import Drawn
 from rljax.train.host_batch import HostBatch
 from rljax.train.scoring import Scorer, score_rollout
 from rljax.train.staleness import Policies
+from rljax.train.timing import add_time, timed
 
 # Salt of Block-R1's measurement rollouts (`Steps.rollout(..., salt=...)`).
 MEASURE_SALT = 1
@@ -153,11 +155,17 @@ class DiffusionDraw:
         del step  # the rollout's key comes from the state's step and the attempt
         prompts = next(self.data)
         state, sizes, metrics = policies.sampler, None, {}
-        if self.block_sizes:
-            sizes, metrics = self.choose_block_sizes(state, prompts, attempt)
-        out = self.rollout(state, prompts["prompt_tokens"], prompts["prompt_mask"], attempt, sizes)
+        if self.block_sizes:  # its measurement rollout and scoring count as sampling
+            (sizes, metrics), seconds = timed(self.choose_block_sizes, state, prompts, attempt)
+            add_time(metrics, "time/rollout_s", seconds)
+        out, seconds = timed(
+            self.rollout, state, prompts["prompt_tokens"], prompts["prompt_mask"], attempt, sizes
+        )
+        add_time(metrics, "time/rollout_s", seconds)
+        start = time.perf_counter()
         rewards, failures = self._score(prompts, out, self.group_size)
         rows = host_rows(out, prompts["index"], rewards, self.group_size)
+        add_time(metrics, "time/reward_s", time.perf_counter() - start)
         metrics.update({f"reward/failures_{k}": float(v) for k, v in failures.items()})
         return Drawn(prompts, rows, metrics)
 

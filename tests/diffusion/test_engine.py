@@ -38,6 +38,7 @@ def test_each_algorithm_trains_a_step_with_finite_loss(
     assert np.isfinite(step["loss"]) and step["grad_norm"] > 0 and step["guard/skipped"] == 0
     assert step["reward/mean"] == 0.5  # the alternating task: every group is informative
     assert "eval/accuracy" in step and any(r["step"] < 0 and "sft/loss" in r for r in records)
+    assert step["time/rollout_s"] > 0 and step["time/reward_s"] > 0  # the phases are timed
     # The same writers and checkpointer as every run.
     logged = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
     assert [r["step"] for r in logged] == [r["step"] for r in records]
