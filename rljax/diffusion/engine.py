@@ -28,10 +28,10 @@ from jax.sharding import Mesh, PartitionSpec
 from ml_collections import ConfigDict
 
 from rljax.core.state import TrainState, init_train_state
-from rljax.data import decode_answers, decode_prompts, prompt_batches
+from rljax.data import prompt_batches
 from rljax.data.tasks import Task
 from rljax.diffusion.algorithms import DIFFUSION_ALGORITHMS, DiffusionAlgorithm
-from rljax.diffusion.collect import DiffusionDraw, decode_texts, sharded_rollout
+from rljax.diffusion.collect import DiffusionDraw, decode_visible, sharded_rollout
 from rljax.diffusion.policy import create_diffusion_model, diffusion_config
 from rljax.diffusion.sampler import diffusion_generate
 from rljax.diffusion.steps import DiffusionRolloutConfig, make_diffusion_steps
@@ -46,6 +46,7 @@ from rljax.train.builders import (
 )
 from rljax.train.collector import Collector, GroupCollector
 from rljax.train.prompts import Prompts
+from rljax.train.scoring import score_rollout
 from rljax.train.staleness import SamplerPolicy
 from rljax.train.steps import Steps
 
@@ -229,12 +230,16 @@ def diffusion_greedy_eval(
         remasking=rc.remasking,
         eos_id=rc.eos_id,
     )
-    texts = decode_texts(tokenizer, fetch(out.completion_tokens))
-    scores, _ = build_scorer(config)(
-        lambda p, c, a: task.reward(c, a),
-        decode_prompts(batch, tokenizer),
-        texts,
-        decode_answers(batch),
+    scores, _ = score_rollout(
+        task,
+        tokenizer,
+        batch,
+        fetch(out.completion_tokens),
+        fetch(out.completion_mask),
+        1,
+        build_scorer(config),
+        grouped=False,
+        decode=decode_visible,
     )
     rewards = np.asarray(scores, np.float32)
     return {"eval/accuracy": float((rewards >= 1.0).mean()), "eval/reward": float(rewards.mean())}
