@@ -16,6 +16,7 @@ from rljax.rewards.sandbox import (
     MAX_OPEN_FILES,
     mount_namespace_available,
     network_namespace_available,
+    private_tmp_available,
     run_python,
 )
 
@@ -66,7 +67,9 @@ def test_child_sees_limits_fresh_cwd_and_minimal_env():
         "RLIMIT_NOFILE": [MAX_OPEN_FILES, MAX_OPEN_FILES],
     }
     assert set(got["env"]) <= {"PATH", "LC_ALL", "HOME"}
-    assert got["files"] == ["_sandbox_prelude.py", "main.py"]
+    # In the private tmpfs the program gets its own copy of main.py, and nothing else.
+    files = ["main.py"] if private_tmp_available() else ["_sandbox_prelude.py", "main.py"]
+    assert got["files"] == files
     assert os.path.basename(got["cwd"]).startswith("rljax-sandbox-")
     assert not os.path.exists(got["cwd"]), "the temporary directory must be deleted afterwards"
 
@@ -206,7 +209,7 @@ def test_the_program_cannot_raise_its_own_limits():
 
 
 # Tries to read the trainer's files through each route; prints one JSON object {route: what it
-# got}, or {route: "ERR <exception>"} where the route was refused.
+# got}, or {route: "ERR <exception>"} where the route was refused (and its uid).
 _HOSTILE = """
 import json, os, pathlib
 
@@ -216,14 +219,14 @@ def attempt(read):
     except Exception as err:
         return "ERR " + type(err).__name__
 
-ppid = os.getppid()
 got = {
+    "uid": os.getuid(),
     "open": attempt(lambda: open(SECRET).read()),
     "listdir": attempt(lambda: os.listdir(TRAINER)),
     "pathlib": attempt(lambda: [p.read_text() for p in pathlib.Path(TRAINER).iterdir()]),
     "hidden_paths": attempt(lambda: open(KEY).read()),
-    "proc_cwd": attempt(lambda: open(f"/proc/{ppid}/cwd/secret.txt").read()),
-    "proc_environ": attempt(lambda: open(f"/proc/{ppid}/environ", "rb").read().decode()),
+    "proc_cwd": attempt(lambda: open(f"/proc/{TRAINER_PID}/cwd/secret.txt").read()),
+    "proc_environ": attempt(lambda: open(f"/proc/{TRAINER_PID}/environ", "rb").read().decode()),
 }
 print(json.dumps(got))
 """
@@ -245,13 +248,15 @@ def trainer(tmp_path, monkeypatch):
     env = next(e for e in entries if e.split("=")[0] not in ("PATH", "LC_ALL", "HOME"))
     source = (
         f"SECRET, KEY = {str(cwd / 'secret.txt')!r}, {str(data / 'key.txt')!r}\n"
-        f"TRAINER = {str(cwd)!r}\n" + _HOSTILE
+        f"TRAINER, TRAINER_PID = {str(cwd)!r}, {os.getpid()}\n" + _HOSTILE
     )
     return {"source": source, "data": str(data), "token": token, "key": key, "env": env}
 
 
 def test_hostile_reads_succeed_without_protection(trainer):
-    # The control: with both layers off, every route of the hostile program reaches a secret.
+    # The control: with both layers off, every route of the hostile program reaches a secret,
+    # but for the trainer's /proc entries: the kernel refuses those to a process that holds
+    # fewer capabilities than the trainer (the program has none) or another user namespace.
     res = run_python(
         trainer["source"],
         timeout_s=5.0,
@@ -260,10 +265,12 @@ def test_hostile_reads_succeed_without_protection(trainer):
         hidden_paths=[trainer["data"]],
     )
     got = json.loads(res.stdout)
-    assert got["open"] == got["proc_cwd"] == trainer["token"]
+    if got["uid"] != 0:
+        pytest.skip("the program runs as an unprivileged uid, which cannot read them either")
+    assert got["open"] == trainer["token"]
     assert got["listdir"] == ["secret.txt"] and got["pathlib"] == [trainer["token"]]
     assert got["hidden_paths"] == trainer["key"]
-    assert trainer["env"] in got["proc_environ"]
+    assert got["proc_cwd"] == got["proc_environ"] == "ERR PermissionError"
 
 
 @pytest.mark.parametrize(
@@ -280,12 +287,15 @@ def test_hostile_program_cannot_read_the_trainers_files(trainer, mountns, guard)
         hidden_paths=[trainer["data"]],
     )
     got = json.loads(res.stdout)
+    del got["uid"]
     for secret in (trainer["token"], trainer["key"], trainer["env"]):
         assert secret not in res.stdout and secret not in res.stderr
     if guard:  # the guard refuses every route first
         assert all(v == "ERR PermissionError" for v in got.values()), got
     else:  # the hidden directories are empty tmpfs mounts and /proc is covered
-        assert got["listdir"] == [] and got["pathlib"] == []
+        # (or, when they lie in /tmp as pytest's tmp_path does, absent from the private /tmp)
+        gone = "ERR FileNotFoundError"
+        assert got["listdir"] in ([], gone) and got["pathlib"] in ([], gone), got
         for route in ("open", "hidden_paths", "proc_cwd", "proc_environ"):
             assert got[route] == "ERR FileNotFoundError", (route, got)
 
@@ -334,7 +344,12 @@ def test_sandbox_directory_inside_a_hidden_directory_stays_usable(trainer, monke
     res = run_python(src, timeout_s=5.0, mount_namespace=mountns, audit_guard=not mountns)
     assert res.returncode == 0, res.stderr
     trainer_view = ["tmp"] if mountns else "refused"
-    assert res.stdout == f"kept {['_sandbox_prelude.py', 'main.py', 'note']} {trainer_view}\n"
+    files = (
+        ["main.py", "note"]
+        if mountns and private_tmp_available()
+        else ["_sandbox_prelude.py", "main.py", "note"]
+    )
+    assert res.stdout == f"kept {files} {trainer_view}\n"
 
 
 def test_hidden_paths_must_be_directories(tmp_path):
