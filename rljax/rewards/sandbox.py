@@ -156,10 +156,10 @@ _libc = ctypes.CDLL(None, use_errno=True)
 def _unshare(flags, state):
     if os.getuid() == 0 or state["userns"]:
         return _libc.unshare(flags) == 0
+    uid, gid = os.getuid(), os.getgid()  # before: unmapped ids read as the overflow id 65534
     if _libc.unshare(_NEWUSER | flags) != 0:
         return False
     state["userns"] = True
-    uid, gid = os.getuid(), os.getgid()
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
                        ("gid_map", f"{gid} {gid} 1")):
         try:

@@ -7,8 +7,10 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -380,3 +382,75 @@ def test_timeout_kills_everything_in_the_pid_namespace():
                     assert b"_sandbox_prelude.py" not in f.read(), f"pid {entry} survived"
             except OSError:
                 continue
+
+
+def _python_runnable_by(uid: int) -> str | None:
+    """An interpreter that `uid` can run (this one, or the system's), or None."""
+    for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
+        if not os.path.exists(candidate):
+            continue
+        try:
+            done = subprocess.run(
+                [candidate, "-I", "-S", "-c", "import ctypes, json"],
+                user=uid,
+                group=uid,
+                extra_groups=[],
+                capture_output=True,
+                timeout=30,
+                check=False,
+            )
+        except OSError:  # not executable by uid
+            continue
+        if done.returncode == 0:
+            return candidate
+    return None
+
+
+_NON_ROOT = """
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("sandbox_under_test", sys.argv[1])
+sandbox = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sandbox)
+src = (
+    "import json, os\\n"
+    "def attempt(call):\\n"
+    "    try:\\n        call()\\n        return 'done'\\n"
+    "    except OSError as err:\\n        return type(err).__name__\\n"
+    f"print(json.dumps([os.getuid(), os.getpid(), attempt(lambda: os.kill({os.getpid()}, 9)),"
+    " os.listdir('/tmp'), attempt(lambda: open('/var/tmp/x', 'w'))]))\\n"
+)
+print(sandbox.run_python(src, timeout_s=10.0, audit_guard=False).stdout)
+"""
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to start a trainer as another user")
+def test_non_root_trainer_keeps_its_uid_and_every_protection():
+    # A trainer running as an ordinary user (uid 4242): the sandbox enters a user namespace
+    # with the trainer's uid mapped (it was the overflow uid 65534 before, which broke tmpfs).
+    uid = 4242
+    python = _python_runnable_by(uid)
+    if python is None:
+        pytest.skip(f"no Python interpreter here that uid {uid} can run")
+    shared = tempfile.mkdtemp(prefix="rljax-sandbox-test-")
+    try:
+        os.chmod(shared, 0o755)
+        module = os.path.join(shared, "sandbox.py")
+        with open(sandbox.__file__) as src, open(module, "w") as dst:
+            dst.write(src.read())
+        done = subprocess.run(
+            [python, "-c", _NON_ROOT, module],
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            cwd=shared,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(shared)
+    assert done.returncode == 0, done.stderr
+    own_uid, pid, kill, tmp, write = json.loads(done.stdout)
+    assert (own_uid, pid, kill, write) == (uid, 2, "ProcessLookupError", "OSError"), done.stdout
+    assert len(tmp) == 1 and tmp[0].startswith("rljax-sandbox-"), tmp  # only its own directory
