@@ -3,7 +3,9 @@
 Why: a code reward executes whatever the policy wrote, and during RL the policy writes infinite
 loops, fork bombs, 10 GB allocations and megabytes of prints. None of these may stall or kill the
 trainer, so each program runs in its own interpreter with limits, and every way it can end (exit,
-timeout, memory, output flood, signal) comes back as an `ExecResult`.
+timeout, memory, output flood, signal) comes back as an `ExecResult`. Containment does not rest
+on the audit hook: a program that reaches raw syscalls (ctypes, sqlite's C code, os.pidfd_open,
+os.mknod) meets the kernel's limits below.
 
 What `run_python` does, split by how much it can be trusted:
 
@@ -11,62 +13,98 @@ Hard (enforced by the kernel, user code cannot lift them):
   - a fresh interpreter, `python -I -S` (no site-packages, no PYTHON* variables, no user site), in
     a fresh temporary directory that is its cwd and HOME and is deleted afterwards, with a minimal
     environment (PATH, LC_ALL, HOME);
-  - rlimits set by the child itself before the program is read: RLIMIT_AS (memory_mb),
-    RLIMIT_CPU (cpu_s), RLIMIT_FSIZE (files written are capped at `FILE_SIZE_BYTES`; larger
-    writes fail with EFBIG), RLIMIT_CORE = 0,
-    RLIMIT_NOFILE = `MAX_OPEN_FILES`, and RLIMIT_NPROC = (processes this user has now) +
-    `NPROC_MARGIN` — the kernel counts NPROC over all processes of the user, hence the count.
-    The kernel exempts root from RLIMIT_NPROC, so when the trainer runs as root fork bombs are
-    stopped only by the audit hook below and cleaned up by the group kill;
+  - rlimits set by the program's process itself before the program is read: RLIMIT_AS
+    (memory_mb), RLIMIT_CPU (cpu_s), RLIMIT_FSIZE (files written are capped at
+    `FILE_SIZE_BYTES`; larger writes fail with EFBIG), RLIMIT_CORE = 0, RLIMIT_NOFILE =
+    `MAX_OPEN_FILES`, and RLIMIT_NPROC = (processes its uid has now) + 2 + `NPROC_MARGIN`; the
+    kernel counts NPROC over all processes of the uid, hence the count, and exempts only root,
+    which the program no longer is (below) unless the uid drop had to be skipped;
   - a new session and process group (`start_new_session=True`); on timeout, output flood, or
     plain exit the whole group gets SIGKILL, and afterwards every process left in the session is
-    killed too (found through /proc), so nothing the program forked outlives the call;
-  - output read incrementally from the pipes with a cap: past `max_output_bytes` (stdout and
-    stderr together) the group is killed, so a huge print costs at most the cap in memory;
+    killed too (found through /proc);
+  - its own PID namespace: the prelude unshares CLONE_NEWPID and forks the namespace's init (pid
+    1), which forks the program (pid 2), reaps orphans and passes the program's exit status up
+    to the first process, which ends the same way (so `returncode` is the program's). The
+    program sees and can signal only its own namespace (kill, setpriority, pidfd_open, /proc
+    all take pids in it), and when init ends, with the program or killed with the group, the
+    kernel kills every process left in the namespace, those that left the session included;
+  - an unprivileged uid: when the trainer is root the program runs as `SANDBOX_IDS` (nobody,
+    nogroup, no supplementary groups), so it cannot signal, renice or read what belongs to root.
+    That needs the interpreter's directories to be readable by others as seen inside the
+    sandbox (the mount namespace below makes /root traversable when it hides it); the prelude
+    checks the mode bits, and when they are not, the program stays root and a warning says so.
+    Either way every capability is dropped (those of a user namespace included) and
+    PR_SET_NO_NEW_PRIVS is set, so exec cannot regain any;
+  - a seccomp filter (EPERM, never a kill, so programs get an OSError): pidfd_open,
+    pidfd_send_signal, pidfd_getfd, rt_(tg)sigqueueinfo, ptrace, process_vm_readv/writev, kcmp,
+    ioprio_set, mount, umount2, pivot_root, chroot, unshare, setns and the new mount API, clone
+    with a CLONE_NEW* flag (clone3 answers ENOSYS so the C library falls back to clone), mknod
+    and mknodat (hence mkfifo), keyctl, bpf, perf_event_open, userfaultfd, io_uring, reboot,
+    kexec, module loading, swapon/off, clock and host name setting; setpriority other than
+    (PRIO_PROCESS, self), sched_setaffinity/setscheduler/setparam/setattr and prlimit64 on
+    another pid, fcntl F_SETOWN(_EX) (SIGIO to a chosen pid), AF_UNIX sockets (a daemon's
+    socket file is reachable from any network namespace); without a PID namespace also kill
+    outside its own process group, tkill and tgkill. The filter is compiled once in the
+    trainer by the system's libseccomp (libseccomp.so.2, through ctypes: the library systemd,
+    runc (Docker) and Flatpak use; it resolves syscall numbers per architecture and
+    guards the x32 and 32-bit ABIs, which a hand-written BPF filter would have to get right by
+    hand) and handed to the child as BPF bytes, which it loads with prctl(PR_SET_SECCOMP): the
+    `python -I -S` child imports nothing outside the standard library. Without libseccomp the
+    run goes on unfiltered, with a warning;
   - no network, when the kernel allows it: the child first calls unshare(CLONE_NEWNET) (as
-    root) or unshare(CLONE_NEWUSER | CLONE_NEWNET) with an identity uid/gid map (unprivileged
-    user namespaces), so it sees only a loopback interface that is down. If unshare fails,
-    the run goes on without it; `network_namespace_available()` says which case holds;
-  - the trainer's files unreadable, when the kernel allows it: the child then enters a private
-    mount namespace (unshare(CLONE_NEWNS), inside the user namespace when not root), makes the
-    mount tree private, and covers with an empty read-only tmpfs each directory to hide: the
-    trainer's cwd at call time (repository or run directory), its HOME, /root, /home and the
-    caller's `hidden_paths`. The directories the interpreter reads (sys.prefix and friends, the
-    sys.path entries with the stdlib and lib-dynload, the executable's directory) and the
-    sandbox directory are never hidden: a hidden directory that contains one gets it bound
-    back (a venv under the repository, a pyenv under /root); a path to hide inside one is left
-    visible. Finally /proc is covered too (the program then has no /proc of its own either),
-    because /proc/<pid>/cwd, /root and /environ of the trainer's processes reach their files
-    and API keys past any mount. If a step fails, the run goes on without it (a hidden
-    directory whose kept ones cannot be bound back is left visible);
-    `mount_namespace_available()` says whether it all works here.
+    root) or unshare(CLONE_NEWUSER | CLONE_NEWNET) with the trainer's uid/gid mapped to
+    themselves (unprivileged user namespaces), so it sees only a loopback interface that is
+    down; `network_namespace_available()` says whether that works;
+  - the trainer's files unreadable and the file system read-only, when the kernel allows it: the
+    child enters a private mount namespace (unshare(CLONE_NEWNS), inside the user namespace when
+    not root), makes the mount tree private, and covers with an empty read-only tmpfs each
+    directory to hide: the trainer's cwd at call time (repository or run directory), its HOME,
+    /root, /home and the caller's `hidden_paths`. The directories the interpreter reads
+    (sys.prefix and friends, the sys.path entries with the stdlib and lib-dynload, the
+    executable's directory) and the sandbox directory are never hidden: a hidden directory that
+    contains one gets it bound back (a venv under the repository, a pyenv under /root); a path
+    to hide inside one is left visible. Then every mount is made read-only in one
+    mount_setattr(AT_RECURSIVE, MOUNT_ATTR_RDONLY) call (Linux 5.12), and one tmpfs of
+    `TMPFS_BYTES` is mounted with three directories bound as the sandbox directory, /tmp and
+    /dev/shm: the only writable places, their total capped, gone when the run ends. Finally
+    /proc is covered too (the program then has no /proc of its own either), because
+    /proc/<pid>/cwd, /root and /environ of the trainer's processes reach their files and API
+    keys past any mount. `mount_namespace_available()` and `private_tmp_available()` say
+    whether these work here.
+  Where the kernel refuses a step (no user namespaces, no seccomp, no mount_setattr or tmpfs),
+  the run goes on without it and a warning naming what is missing is logged once per process;
+  `pid_namespace_available()`, `seccomp_available()`, `unprivileged_uid_available()` and
+  `private_tmp_available()` report what a run with the defaults gets here.
 
 Best-effort (in-process, Python level; code that reaches raw syscalls, e.g. through a C
-extension, gets past them):
+extension, gets past them, and meets the hard limits above instead):
   - a `sys.addaudithook` guard installed before the user code runs. It raises PermissionError on:
     creating, connecting or binding sockets; os.system / exec* / spawn* / fork / forkpty /
-    posix_spawn / subprocess.Popen / os.kill; resource.setrlimit / prlimit (as root the program
-    could otherwise raise its own limits again); ctypes (import of ctypes/_ctypes, dlopen, dlsym,
-    raw memory) and import of _posixsubprocess (the unaudited fork-exec); opening a file for
-    writing, and removing, renaming, creating or chmod-ing paths, outside the temporary
-    directory (paths resolved with realpath, so ../ and symlinks do not escape it); opening for
-    reading, listing (os.listdir, os.scandir, hence pathlib, glob and os.walk) of paths under
-    the hidden directories, except under the kept interpreter directories, and of /proc/<pid>
-    of any process but its own (realpath turns /proc/<pid>/cwd/x into the trainer's path). So
-    without the mount namespace, plain Python reads of the trainer's files are still refused.
-    Metadata calls that have no audit event (os.stat, os.readlink) are not refused.
+    posix_spawn / subprocess.Popen / os.kill; resource.setrlimit / prlimit; ctypes (import of
+    ctypes/_ctypes, dlopen, dlsym, raw memory) and import of _posixsubprocess (the unaudited
+    fork-exec); opening a file for writing, and removing, renaming, creating or chmod-ing
+    paths, outside the temporary directory (paths resolved with realpath, so ../ and symlinks
+    do not escape it); opening for reading, listing (os.listdir, os.scandir, hence pathlib, glob
+    and os.walk) of paths under the hidden directories, except under the kept interpreter
+    directories, and of /proc/<pid> of any process but its own. Metadata calls that have no
+    audit event (os.stat, os.readlink) are not refused.
 
-Not done: no PID namespace, no seccomp, no cgroups, no dropping root (the interpreter may live
-where an unprivileged uid cannot read it). Only the listed directories are hidden: the rest of
-the file system (/etc, /tmp, /work, ...) stays readable, so put secrets and data in hidden
-directories or pass them in `hidden_paths`. Run the trainer as a non-root user, or in a
-container, for the NPROC limit and file permissions to be hard as well.
+Not done: no cgroups (memory is bounded by RLIMIT_AS and the tmpfs, CPU by RLIMIT_CPU, but
+nothing bounds kernel memory or I/O bandwidth); the rest of the file system (/etc, /work, ...)
+stays readable wherever its permissions let the program's uid read (everything world-readable,
+and everything the trainer's uid can read when the trainer is not root), so put secrets and
+data in hidden directories or pass them in `hidden_paths`; exec of the system's binaries is
+refused only by the audit hook (no new privileges either way); with `mount_namespace=False`
+there is no read-only view and no private /tmp.
 
 Namespaces and limits are applied by the child's prelude, not by a `preexec_fn`: the trainer
 is multithreaded (JAX, reward pools), and CPython documents `preexec_fn` as unsafe (it can
 deadlock the child) when the parent has threads. The child is a fresh single-threaded
-interpreter, where unshare and setrlimit are safe, and it applies them before it reads the
-program. Parent-side, only `start_new_session` is used, which runs in C.
+interpreter, where unshare, mount, setuid and forks are safe, and it applies them before it
+reads the program. Parent-side, only `start_new_session` and `pass_fds` (a pipe on which the
+prelude reports what held) are used, which run in C. The prelude itself is a sequence of
+system calls through ctypes, not util-linux's unshare/setpriv or bubblewrap: those would cost a
+fork-exec each per sample, and bubblewrap is not installed by pip.
 """
 
 from __future__ import annotations
@@ -867,8 +905,10 @@ def run_python(
       network_namespace: try to cut the network with a new network namespace. With False (or
         when the kernel refuses) only the audit-hook guard blocks sockets.
       mount_namespace: try to hide the trainer's directories (the cwd at call time, HOME,
-        /root, /home, `hidden_paths`) and /proc behind a private mount namespace. With False
-        (or when the kernel refuses) only the audit-hook guard refuses reading them.
+        /root, /home, `hidden_paths`) and /proc behind a private mount namespace, in which the
+        file system is read-only but for a private tmpfs of `TMPFS_BYTES` holding the sandbox
+        directory, /tmp and /dev/shm. With False (or when the kernel refuses) only the
+        audit-hook guard refuses reading them, and writes are bounded only per file.
       hidden_paths: further directories the program must not read (e.g. a checkpoint or data
         directory). Directories the interpreter needs and the sandbox directory stay readable.
       audit_guard: install the best-effort audit-hook guard. Turn it off only for trusted code,
