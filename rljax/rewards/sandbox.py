@@ -311,7 +311,7 @@ def _mount_setup(state, hide, root, size):
         if os.path.isdir(path) and not any(_under(path, k) for k in keep):
             ok = _hide_one(path, keep) and ok
     read_only = root is not None and _read_only()
-    tmp = read_only and _private_tmp(root, size)
+    tmp = root is not None and _private_tmp(root, size)  # after: it is to stay writable
     # Last: /proc/<pid>/cwd, root and environ of the trainer's processes pass through any mount.
     proc = _libc.mount(b"tmpfs", b"/proc", b"tmpfs", _HIDE_FLAGS | _MS_RDONLY, b"size=4k")
     return proc == 0 and ok, read_only, tmp

@@ -308,9 +308,9 @@ def test_the_rest_of_the_file_system_is_read_only():
             os.remove(probe)
 
 
-# A stand-in trainer in which the kernel refuses namespaces: it first loads a seccomp filter
-# (made and loaded with the module's own helpers) that answers EPERM to unshare. It then runs
-# two programs and reports their output and the warnings logged.
+# A stand-in trainer in which the kernel refuses a feature: it first loads a seccomp filter
+# (made and loaded with the module's own helpers) that answers EPERM to the syscalls named in
+# argv[2]. It then runs two programs and reports their output and the warnings logged.
 _REFUSED = """
 import importlib.util, json, logging, os, sys
 spec = importlib.util.spec_from_file_location("sandbox_under_test", sys.argv[1])
@@ -322,7 +322,7 @@ handler.emit = records.append
 logging.getLogger("sandbox_under_test").addHandler(handler)
 child = {}
 exec("import os, sys\\n" + sandbox._CHILD, child)
-child["_load_filter"](sandbox._compile_filter(("unshare",), pid_namespace=True))
+child["_load_filter"](sandbox._compile_filter(sys.argv[2].split(","), pid_namespace=True))
 runs = [sandbox.run_python("print(6 * 7)", timeout_s=10.0).stdout for _ in range(2)]
 print(json.dumps({"runs": runs, "warnings": [r.getMessage() for r in records
                                               if r.levelno == logging.WARNING]}))
@@ -330,9 +330,17 @@ print(json.dumps({"runs": runs, "warnings": [r.getMessage() for r in records
 
 
 @needs_seccomp
-def test_without_namespaces_the_sandbox_runs_and_warns_once():
+@pytest.mark.parametrize(
+    "refused, missing",
+    [
+        ("unshare", ["network namespace", "mount namespace", "PID namespace"]),
+        ("mount_setattr", ["read-only view"]),
+    ],
+    ids=["namespaces", "read-only"],
+)
+def test_where_the_kernel_refuses_the_sandbox_runs_and_warns_once(refused, missing):
     done = subprocess.run(
-        [sys.executable, "-c", _REFUSED, sandbox.__file__],
+        [sys.executable, "-c", _REFUSED, sandbox.__file__, refused],
         capture_output=True,
         text=True,
         timeout=60,
@@ -342,7 +350,7 @@ def test_without_namespaces_the_sandbox_runs_and_warns_once():
     got = json.loads(done.stdout)
     assert got["runs"] == ["42\n", "42\n"]
     warnings = got["warnings"]
-    for feature in ("network namespace", "mount namespace", "PID namespace"):
+    for feature in missing:
         assert sum(feature in w for w in warnings) == 1, warnings
 
 
