@@ -8,6 +8,7 @@ import secrets
 import socket
 import statistics
 import tempfile
+import time
 
 import pytest
 
@@ -21,8 +22,9 @@ from rljax.rewards.sandbox import (
 )
 
 
-def _sandbox_processes() -> list[int]:
-    """Pids of live processes started by run_python (their command line names the prelude)."""
+def _sandbox_processes(marker: str) -> list[int]:
+    """Pids of live processes started by run_python (their command line names the prelude) with
+    `marker` among its hidden paths (so that runs of other tests in parallel do not count)."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -34,7 +36,7 @@ def _sandbox_processes() -> list[int]:
                 state = f.read().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if b"_sandbox_prelude.py" in cmdline and state != "Z":
+        if b"_sandbox_prelude.py" in cmdline and marker.encode() in cmdline and state != "Z":
             pids.append(int(entry))
     return pids
 
@@ -94,14 +96,15 @@ def test_closing_the_pipes_does_not_escape_the_timeout():
     assert res.killed_reason == "timeout" and res.duration_s < 10
 
 
-def test_fork_bomb_is_stopped_and_leaves_no_process():
-    res = run_python("import os\nwhile True:\n    os.fork()", timeout_s=5.0)
+def test_fork_bomb_is_stopped_and_leaves_no_process(tmp_path):
+    src = "import os\nwhile True:\n    os.fork()"
+    res = run_python(src, timeout_s=5.0, hidden_paths=[str(tmp_path)])
     assert res.returncode != 0
     assert "os.fork is not allowed" in res.stderr
-    assert _sandbox_processes() == []
+    assert _sandbox_processes(str(tmp_path)) == []
 
 
-def test_hard_cleanup_kills_forked_children_without_the_guard():
+def test_hard_cleanup_kills_forked_children_without_the_guard(tmp_path):
     # Bounded forks (not a bomb): children sleep, one leaves the process group, the parent exits.
     src = (
         "import os, time\n"
@@ -113,10 +116,27 @@ def test_hard_cleanup_kills_forked_children_without_the_guard():
         "        os._exit(0)\n"
         "print('parent done')\n"
     )
-    res = run_python(src, timeout_s=2.0, audit_guard=False)
+    res = run_python(src, timeout_s=2.0, audit_guard=False, hidden_paths=[str(tmp_path)])
     assert res.stdout == "parent done\n"
     assert res.duration_s < 20, "children (sleeping 60 s) holding the pipes held up the call"
-    assert _sandbox_processes() == []
+    assert _sandbox_processes(str(tmp_path)) == []
+
+
+def test_timeout_kills_everything_in_the_pid_namespace(tmp_path):
+    # A child that leaves the session and ignores SIGTERM: the timeout still ends it (the PID
+    # namespace dies with its init; before, such a child outlived the call).
+    src = (
+        "import os, signal, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "    while True: time.sleep(0.05)\n"
+        "while True: time.sleep(0.05)\n"
+    )
+    res = run_python(src, timeout_s=1.0, audit_guard=False, hidden_paths=[str(tmp_path)])
+    assert res.killed_reason == "timeout"
+    time.sleep(0.2)
+    assert _sandbox_processes(str(tmp_path)) == []
 
 
 def test_memory_limit():

@@ -370,28 +370,6 @@ def test_probes_agree_on_this_machine():
     assert pid_namespace_available() and private_tmp_available()
 
 
-def test_timeout_kills_everything_in_the_pid_namespace():
-    # A program whose child leaves the session and ignores SIGTERM: the timeout still ends it.
-    src = (
-        "import os, signal, time\n"
-        "if os.fork() == 0:\n"
-        "    os.setsid()\n"
-        "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-        "    while True: time.sleep(0.05)\n"
-        "while True: time.sleep(0.05)\n"
-    )
-    res = run_python(src, timeout_s=1.0, audit_guard=False)
-    assert res.killed_reason == "timeout"
-    time.sleep(0.2)
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    assert b"_sandbox_prelude.py" not in f.read(), f"pid {entry} survived"
-            except OSError:
-                continue
-
-
 def _python_runnable_by(uid: int) -> str | None:
     """An interpreter that `uid` can run (this one, or the system's), or None."""
     for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
