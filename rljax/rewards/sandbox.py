@@ -28,6 +28,8 @@ Hard (enforced by the kernel, user code cannot lift them):
     program sees and can signal only its own namespace (kill, setpriority, pidfd_open, /proc
     all take pids in it), and when init ends, with the program or killed with the group, the
     kernel kills every process left in the namespace, those that left the session included;
+  - its own IPC namespace: System V shared memory, semaphores and message queues and POSIX
+    message queues it creates are invisible to others and vanish with it;
   - an unprivileged uid: when the trainer is root the program runs as `SANDBOX_IDS` (nobody,
     nogroup, no supplementary groups), so it cannot signal, renice or read what belongs to root.
     That needs the interpreter's directories to be readable by others as seen inside the
@@ -181,7 +183,8 @@ _READ_CHUNK = 1 << 16
 # keeps the old state when the kernel refuses, and says so in its return value.
 _CHILD = r"""
 import ctypes
-_NEWNS, _NEWPID, _NEWUSER, _NEWNET = 0x00020000, 0x20000000, 0x10000000, 0x40000000
+_NEWNS, _NEWIPC, _NEWPID = 0x00020000, 0x08000000, 0x20000000
+_NEWUSER, _NEWNET = 0x10000000, 0x40000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 _MNT_DETACH = 2
@@ -317,8 +320,9 @@ def _mount_setup(state, hide, root, size):
     return proc == 0 and ok, read_only, tmp
 
 def _enter_namespaces(net, hide, root=None, size=0, pid=False):
-    # What held: {"net", "mount", "read_only", "tmp", "pid"}. hide=None skips the mount
-    # namespace; root (the sandbox directory) asks for the read-only view and private tmpfs.
+    # What held: {"net", "mount", "read_only", "tmp", "pid", "ipc"}. hide=None skips the mount
+    # namespace; root (the sandbox directory) asks for the read-only view and private tmpfs;
+    # pid asks for new PID and IPC namespaces.
     state = {"userns": False}
     got = {"net": net and _unshare(_NEWNET, state)}
     if hide is None:
@@ -326,6 +330,7 @@ def _enter_namespaces(net, hide, root=None, size=0, pid=False):
     else:
         got["mount"], got["read_only"], got["tmp"] = _mount_setup(state, hide, root, size)
     got["pid"] = pid and _unshare(_NEWPID, state)
+    got["ipc"] = pid and _unshare(_NEWIPC, state)
     return got
 
 def _readable_by_others(paths):
@@ -784,6 +789,8 @@ _WARNINGS = {
     "writable where permissions allow, without a total size limit",
     "tmp": "the kernel refused a read-only view or the private tmpfs (mount_setattr needs Linux "
     "5.12): the program may write wherever permissions allow, without a total size limit",
+    "ipc": "the kernel refused a new IPC namespace: System V IPC objects and POSIX message "
+    "queues the program creates are shared with the machine and may outlive it",
     "pid": "the kernel refused a new PID namespace: the program can see other processes "
     "(seccomp still refuses signals outside its process group)",
     "uid": f"the interpreter is not readable by uid {SANDBOX_IDS[0]}, so the sandboxed program "
@@ -797,7 +804,7 @@ _warned: set[str] = set()
 
 def _warn_missing(report: dict[str, bool], network: bool, mount: bool) -> None:
     """Log once per process each protection the kernel or the system refused."""
-    wanted = {"pid", "uid", "seccomp"}
+    wanted = {"pid", "ipc", "uid", "seccomp"}
     if network:
         wanted.add("net")
     if mount:

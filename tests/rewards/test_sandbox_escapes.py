@@ -440,3 +440,27 @@ def test_non_root_trainer_keeps_its_uid_and_every_protection():
     own_uid, pid, kill, tmp, write = json.loads(done.stdout)
     assert (own_uid, pid, kill, write) == (uid, 2, "ProcessLookupError", "OSError"), done.stdout
     assert len(tmp) == 1 and tmp[0].startswith("rljax-sandbox-"), tmp  # only its own directory
+
+
+def _shm_ids() -> set[int]:
+    """System V shared memory segments of the machine's IPC namespace, as the kernel lists them."""
+    with open("/proc/sysvipc/shm") as f:
+        return {int(line.split()[1]) for line in f.readlines()[1:]}
+
+
+@needs_pidns
+def test_shared_memory_segments_do_not_outlive_the_program():
+    # System V segments persist until removed; the program's must die with its IPC namespace.
+    src = (
+        "import ctypes\nlibc = ctypes.CDLL(None)\n"
+        "print(libc.shmget(0, 1 << 20, 0o1000 | 0o600))\n"  # IPC_PRIVATE, IPC_CREAT
+    )
+    before = _shm_ids()
+    res = run_python(src, timeout_s=10.0, audit_guard=False)
+    leaked = _shm_ids() - before
+    try:
+        assert int(res.stdout) >= 0, res  # the segment was created inside
+        assert leaked == set()
+    finally:
+        for shmid in leaked:
+            subprocess.run(["ipcrm", "-m", str(shmid)], check=False)
