@@ -10,6 +10,7 @@ produces the same metrics as one never stopped.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -54,6 +55,16 @@ def train(
         a filter of your method); its `state()` is checkpointed with the run.
     """
     config = validate_config(config)
+    with contextlib.ExitStack() as opened:  # closed on success and on any error alike
+        return _train(config, wrap_collector, opened)
+
+
+def _train(
+    config: ConfigDict,
+    wrap_collector: Callable[[Collector], Collector] | None,
+    opened: contextlib.ExitStack,
+) -> list[dict[str, float]]:
+    """`train` on a validated config; what it opens (checkpointer, logs) goes on `opened`."""
     t = config.train
     enable_compilation_cache(t.compilation_cache)
     mesh = build_mesh(config)  # its fit to the devices and batch sizes: validate_config
@@ -71,6 +82,7 @@ def train(
 
     run_dir = os.path.abspath(config.run_dir)
     checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), t.max_checkpoints)
+    opened.callback(checkpointer.close)
     start = checkpointer.latest_step()
     # Logs continue from the checkpoint; what a crashed run logged after it is dropped.
     writer = MetricsWriter(run_dir, resume_step=start) if lead else None
@@ -79,6 +91,9 @@ def train(
             f.write(config.to_json_best_effort(indent=2, sort_keys=True))
     samples_logged = t.log_samples
     samples = SamplesWriter(run_dir, resume_step=start) if lead and samples_logged else None
+    for sink in (writer, samples):
+        if sink is not None:
+            opened.callback(sink.close)
     guard = SkipGuard(t.max_consecutive_skips)
     records: list[dict[str, float]] = []
 
@@ -194,10 +209,6 @@ def train(
                 maybe_kill(done, "checkpoint")  # crash-safety tests: mid-write ...
                 maybe_kill(done, "saved", checkpointer.wait)  # ... or once it is on disk
     checkpointer.wait()
-    checkpointer.close()
-    for sink in (writer, samples):
-        if sink is not None:
-            sink.close()
     return records
 
 
