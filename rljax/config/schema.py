@@ -305,6 +305,16 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
             "JAX's persistent compilation cache directory, so a restart compiles nothing twice "
             '(JAX_COMPILATION_CACHE_DIR wins when set; "": off)',
         ),
+        "allow_config_change": Key(
+            False,
+            "resume a run_dir whose config.json differs in keys that change the train state or "
+            "the meaning of its steps (rljax.train.run_dir.FREE_KEYS may always change)",
+        ),
+        "allow_unverified_checkpoint": Key(
+            False,
+            "restore a checkpoint without its manifest (files not verified; restored tensors "
+            "are still checked finite)",
+        ),
     },
     # -1 takes all remaining devices.
     "mesh": {

@@ -342,6 +342,11 @@ def _check_ranges(config: ConfigDict) -> None:
         else:
             for key, spec in entry.items():
                 _check_range(f"{name}.{key}", config[name][key], spec)
+    if not config.run_dir.strip():  # os.path.abspath("") is the current directory
+        raise ValueError(
+            f"run_dir={config.run_dir!r} is empty; set --config.run_dir to the directory for "
+            "the run's checkpoints, metrics.jsonl and config.json"
+        )
     r, s = config.rollout, config.sft
     if s.steps > 0:
         _at_least("sft.batch_size", s.batch_size, 1)

@@ -76,3 +76,17 @@ def fetch(x: jax.Array) -> np.ndarray:
     if jax.process_count() == 1 or x.is_fully_addressable:
         return np.asarray(x)
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def from_lead(text: str, size: int = 4096) -> str:
+    """Process 0's `text` on every process (its first `size` UTF-8 bytes); `text` alone with
+    one process. Every process must call it: a decision only process 0 can make (it holds the
+    run directory's lock) reaches the others, so all stop with the same message."""
+    if jax.process_count() == 1:
+        return text
+    buffer = np.zeros(size, np.uint8)
+    if jax.process_index() == 0:
+        data = np.frombuffer(text.encode()[:size], np.uint8)
+        buffer[: data.size] = data
+    shared = np.asarray(multihost_utils.broadcast_one_to_all(buffer))
+    return shared.tobytes().rstrip(b"\0").decode(errors="replace")

@@ -117,7 +117,12 @@ RECIPE_BEFORE = {
 # Keys the old recipe left out, whose defaults lived in rljax.train.validation's _OPTIONAL.
 OPTIONAL_BEFORE = {"critic.separate": False, "task.max_answer_len": 32}
 # Keys added after the old recipe, with their defaults.
-ADDED_SINCE = {"train.old_logprobs": "auto", "train.compilation_cache": "~/.cache/rljax/jax"}
+ADDED_SINCE = {
+    "train.old_logprobs": "auto",
+    "train.compilation_cache": "~/.cache/rljax/jax",
+    "train.allow_config_change": False,
+    "train.allow_unverified_checkpoint": False,
+}
 # Keys added with the diffusion policy on the driver (model.kind; the others are read by a
 # model.kind="diffusion" run only), at their defaults in a causal recipe.
 DIFFUSION_KEYS = {

@@ -296,6 +296,12 @@ def test_an_impossible_value_is_named(key, value, expected):
     assert error_of(with_value(get_config(), key, value)).startswith(expected)
 
 
+@pytest.mark.parametrize("run_dir", ["", "  "])
+def test_an_empty_run_dir_is_refused(run_dir):  # it would write into the current directory
+    message = error_of(with_value(get_config(), "run_dir", run_dir))
+    assert message.startswith(f"run_dir={run_dir!r} is empty; set --config.run_dir")
+
+
 def test_a_group_size_that_does_not_split_into_minibatches_is_named(monkeypatch):
     monkeypatch.setattr(jax, "device_count", lambda: 1)  # tests/conftest.py fakes 8
     config = get_config()
