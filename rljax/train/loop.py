@@ -40,6 +40,7 @@ from rljax.train.guard import SkipGuard, tensor_names
 from rljax.train.host_batch import HostBatch
 from rljax.train.kinds import policy_kind
 from rljax.train.prompts import Prompts, train_prompts
+from rljax.train.run_dir import RunDir
 from rljax.train.scoring import decode_completions
 from rljax.train.timing import STEP_PHASES, CompileClock, add_time, timed
 
@@ -66,6 +67,8 @@ def _train(
 ) -> list[dict[str, float]]:
     """`train` on a validated config; what it opens (checkpointer, logs) goes on `opened`."""
     t = config.train
+    run_dir = os.path.abspath(config.run_dir)
+    run = opened.enter_context(RunDir(run_dir, config))  # one writer; before anything is built
     enable_compilation_cache(t.compilation_cache)
     mesh = build_mesh(config)  # its fit to the devices and batch sizes: validate_config
     multi = jax.process_count() > 1
@@ -80,15 +83,16 @@ def _train(
     algorithm = kind.build_algorithm(config, model_config)
     optimizer = build_optimizer(t)
 
-    run_dir = os.path.abspath(config.run_dir)
-    checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), t.max_checkpoints)
+    checkpointer = Checkpointer(
+        os.path.join(run_dir, "checkpoints"),
+        t.max_checkpoints,
+        allow_unverified=t.allow_unverified_checkpoint,
+    )
     opened.callback(checkpointer.close)
     start = checkpointer.latest_step()
+    run.begin(start)  # a resumed run's config against the stored one; config.json, configs.jsonl
     # Logs continue from the checkpoint; what a crashed run logged after it is dropped.
     writer = MetricsWriter(run_dir, resume_step=start) if lead else None
-    if lead:  # the settings of the run beside its logs (rljax report shows them)
-        with open(os.path.join(run_dir, "config.json"), "w", encoding="utf-8") as f:
-            f.write(config.to_json_best_effort(indent=2, sort_keys=True))
     samples_logged = t.log_samples
     samples = SamplesWriter(run_dir, resume_step=start) if lead and samples_logged else None
     for sink in (writer, samples):

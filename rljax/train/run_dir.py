@@ -144,7 +144,7 @@ class RunDir:
             holder = _holder(fd)
             os.close(fd)
             raise ValueError(
-                f"run_dir {self.path} is in use by {holder} (it holds {path}); wait for that "
+                f"run_dir {self.path} is in use by {holder} ({path} is locked); wait for that "
                 "run to finish, or set run_dir to another directory"
             ) from None
         except OSError as err:
@@ -201,19 +201,29 @@ class RunDir:
             f.write(json.dumps(record, sort_keys=True) + "\n")
 
 
-def changed_keys(stored: dict[str, Any], config: ConfigDict) -> list[tuple[str, Any, Any]]:
-    """(key, stored value, value in `config`) of each key that changed and may not, sorted.
+class _Unset:
+    """A key one of the two configs does not set (an open section's setting left out)."""
 
-    A key missing from the stored config (added to rljax since) counts as its schema default;
-    a key missing on one side only shows as None there.
+    def __repr__(self) -> str:
+        return "unset"
+
+
+_UNSET = _Unset()
+
+
+def changed_keys(stored: dict[str, Any], config: ConfigDict) -> list[tuple[str, Any, Any]]:
+    """(key, stored value, value in `config`) of each key that changed and may not: the
+    `*.name` keys (they pick what the others mean) first, then by key.
+
+    A schema key missing from the stored config (added to rljax since) counts as its default.
     """
     old = _flat(stored)
     new = _flat(json.loads(config.to_json_best_effort()))
     out = []
-    for key in sorted(set(old) | set(new)):
-        before = old.get(key, _schema_default(key))
-        if before != new.get(key) and not _free(key, config):
-            out.append((key, before, new.get(key)))
+    for key in sorted(set(old) | set(new), key=lambda k: (not k.endswith(".name"), k)):
+        before, after = old.get(key, _schema_default(key)), new.get(key, _UNSET)
+        if before != after and not _free(key, config):
+            out.append((key, before, after))
     return out
 
 
@@ -229,11 +239,11 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _schema_default(key: str) -> Any:
-    """The schema default of a dotted key as JSON holds it, or None (not a schema key)."""
+    """The schema default of a dotted key as JSON holds it, or `_UNSET` (not a schema key)."""
     entry: Any = SCHEMA
     for part in key.split("."):
         entry = entry.get(part) if isinstance(entry, dict) else None
-    return json.loads(json.dumps(entry.default)) if isinstance(entry, Key) else None
+    return json.loads(json.dumps(entry.default)) if isinstance(entry, Key) else _UNSET
 
 
 def _free(key: str, config: ConfigDict) -> bool:
@@ -254,7 +264,7 @@ def _holder(fd: int) -> str:
     """Who holds the lock, from what it wrote into the lock file."""
     try:
         holder = json.loads(os.pread(fd, 4096, 0))
-        return f"pid {holder['pid']} on host {holder['host']} (since {holder['started']})"
+        return f"pid {holder['pid']} on host {holder['host']} since {holder['started']}"
     except (OSError, ValueError, KeyError, TypeError):
         return "another process (it has not written its pid and host yet)"
 
