@@ -7,11 +7,15 @@ writes into a temporary directory and renames it when complete, so a run killed 
 never leaves a checkpoint that `latest_step` would pick up.
 
 When a checkpoint's files are written, process 0 records the size and SHA-256 of each in
-`MANIFEST` (inside the temporary directory, before the rename); a restore checks them first.
-orbax itself does not notice a flipped or truncated array file (it restores the wrong
-numbers), so the manifest is what turns disk or copy corruption into an error naming the file.
-Hashing reads the checkpoint once more after each save (in the background) and at restore
-(~1 GB/s).
+`MANIFEST` (inside the temporary directory, before the rename: every save, synchronous ones
+too, goes through orbax's asynchronous path, whose callback runs before the rename); a restore
+checks them first, and refuses a checkpoint without a manifest unless told to
+(`allow_unverified`). orbax itself does not notice a flipped or truncated array file (it
+restores the wrong numbers), so the manifest is what turns disk or copy corruption into an
+error naming the file. Hashing reads the checkpoint once more after each save (in the
+background) and at restore (~1 GB/s). A state with a NaN or infinity is neither saved nor
+restored (`first_non_finite` names the tensor): a diverged run must not overwrite good
+checkpoints, and an unverified checkpoint that restores a NaN must not train on.
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ import os
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
 from rljax.core.state import TrainState
+from rljax.parallel.distributed import fetch
 
 MANIFEST = "rljax_manifest.json"
 
@@ -57,19 +63,26 @@ def write_manifest(step_dir: str) -> None:
     os.replace(partial, os.path.join(step_dir, MANIFEST))
 
 
-def verify_manifest(step_dir: str) -> None:
+def verify_manifest(step_dir: str, allow_missing: bool = False) -> None:
     """Checks a checkpoint's files against its manifest.
 
+    Args:
+      step_dir: the checkpoint's step directory.
+      allow_missing: without a manifest, warn and return instead of raising.
+
     Raises:
-      ValueError: a file is missing, has another size, or other content; the message names it.
+      ValueError: the manifest is missing (unless allowed), or a file is missing, has another
+        size, or other content; the message names it.
     """
     path = os.path.join(step_dir, MANIFEST)
     if not os.path.exists(path):
-        logging.warning(
-            "%s has no %s (written by a run killed right after it); not verified",
-            step_dir,
-            MANIFEST,
-        )
+        if not allow_missing:
+            raise ValueError(
+                f"checkpoint {step_dir} has no {MANIFEST}, so its files cannot be verified; "
+                "delete it to resume from an earlier checkpoint, or set "
+                "train.allow_unverified_checkpoint=True to restore it anyway"
+            )
+        logging.warning("%s has no %s; restoring it unverified", step_dir, MANIFEST)
         return
     with open(path, encoding="utf-8") as f:
         files = json.load(f)
@@ -89,6 +102,31 @@ def verify_manifest(step_dir: str) -> None:
                 f"checkpoint file {name} differs from what was written (sha256 {digest[:12]}, "
                 f"recorded {want['sha256'][:12]}); {advice}"
             )
+
+
+@jax.jit
+def _finite(leaves: list[jax.Array]) -> jax.Array:
+    """[len(leaves)] bool: whether each leaf is free of NaN and infinity."""
+    return jnp.stack([jnp.isfinite(x).all() for x in leaves])
+
+
+def first_non_finite(tree: Any) -> str | None:
+    """The path (`jax.tree_util.keystr`) of the first floating-point leaf of `tree` holding a
+    NaN or an infinity, or None when all are finite.
+
+    One jitted pass over the leaves, one transfer of a flag per leaf; in a multi-process run
+    every process calls it (the leaves may be global arrays).
+    """
+    named = [
+        (path, leaf)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+        if jnp.issubdtype(jnp.result_type(leaf), jnp.floating)
+    ]
+    if not named:
+        return None
+    finite = fetch(_finite([leaf for _, leaf in named]))
+    bad = np.flatnonzero(~finite)
+    return jax.tree_util.keystr(named[bad[0]][0]) if bad.size else None
 
 
 def _flat_shapes(tree: Any) -> dict[tuple[str, ...], tuple[tuple[int, ...], str]]:
@@ -124,27 +162,33 @@ class Checkpointer:
     Args:
       directory: where step directories go (created if missing).
       max_to_keep: how many of the newest checkpoints to keep.
-      async_save: write in a background thread while training continues.
+      async_save: write in a background thread while training continues (else `save` waits).
+      allow_unverified: restore a checkpoint that has no manifest (with a warning).
     """
 
-    def __init__(self, directory: str, max_to_keep: int = 3, async_save: bool = True):
+    def __init__(
+        self,
+        directory: str,
+        max_to_keep: int = 3,
+        async_save: bool = True,
+        allow_unverified: bool = False,
+    ):
         self.directory = os.path.abspath(directory)
         self._async = async_save
+        self._allow_unverified = allow_unverified
         self._writing: int | None = None  # the step whose write is in flight
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep,
-            enable_async_checkpointing=async_save,
+            enable_async_checkpointing=True,  # a synchronous save waits: the manifest callback
             create=True,
-            async_options=(
-                ocp.AsyncOptions(post_finalization_callback=self._finalized) if async_save else None
-            ),
+            async_options=ocp.AsyncOptions(post_finalization_callback=self._finalized),
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
 
     def _finalized(self) -> None:
-        """Once a checkpoint's files are written, process 0 adds its manifest. An async save
-        calls this before orbax renames the temporary directory, so the manifest is part of
-        the atomic commit; a synchronous save calls it right after."""
+        """Once a checkpoint's files are written, process 0 adds its manifest. orbax calls
+        this before it renames the temporary directory, so the manifest is part of the atomic
+        commit."""
         step, self._writing = self._writing, None
         if step is None or jax.process_index() != 0:
             return
@@ -167,7 +211,18 @@ class Checkpointer:
         data_state: dict[str, Any],
         driver_state: dict[str, Any] | None = None,
     ) -> None:
-        """Starts writing a checkpoint of `state`, the iterator state and the driver's state."""
+        """Starts writing a checkpoint of `state`, the iterator state and the driver's state.
+
+        Raises:
+          ValueError: a tensor of `state` holds a NaN or infinity (named); nothing is written.
+        """
+        bad = first_non_finite(state)
+        if bad is not None:
+            raise ValueError(
+                f"refusing to save checkpoint {step}: {bad} of the train state holds NaN or inf "
+                f"(the run diverged); the checkpoints in {self.directory} are kept: resume from "
+                f"step {self.latest_step()} with a lower train.learning_rate"
+            )
         items = dict(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state))
         if driver_state is not None:
             # A leaf that is always there: orbax cannot save a tree without any array.
@@ -177,7 +232,7 @@ class Checkpointer:
         self._writing = step
         self._manager.save(step, args=ocp.args.Composite(**items))
         if not self._async:
-            self._finalized()
+            self._manager.wait_until_finished()
 
     def _check_step(self, step: int) -> None:
         if step not in self._manager.all_steps():
@@ -191,16 +246,22 @@ class Checkpointer:
 
         Raises:
           FileNotFoundError: there is no complete checkpoint at `step`.
-          ValueError: a file of the checkpoint is corrupted (named), or the checkpoint does not
-            fit `like` (another model or optimizer; the first differing tensor is named).
+          ValueError: the checkpoint has no manifest (unless `allow_unverified`), a file of it
+            is corrupted (named), it does not fit `like` (another model or optimizer; the first
+            differing tensor is named), or a restored tensor holds NaN or inf (named).
         """
         self._check_step(step)
         path = os.path.join(self.directory, str(step))
-        verify_manifest(path)
+        verify_manifest(path, self._allow_unverified)
         mismatch = f"checkpoint {path} does not match this run's train state (different model, "
         mismatch += "optimizer or algorithm?): "
-        stored = ocp.StandardCheckpointer().metadata(os.path.join(path, "state"))
-        difference = describe_mismatch(stored.item_metadata.tree, like)
+        stored = ocp.StandardCheckpointer().metadata(os.path.join(path, "state")).item_metadata
+        if stored is None:  # reachable without a manifest only
+            raise ValueError(
+                f"checkpoint {path} has no readable state metadata (state/_METADATA); the "
+                "checkpoint is damaged: delete it to resume from an earlier checkpoint"
+            )
+        difference = describe_mismatch(stored.tree, like)
         if difference:  # orbax would fill a tensor missing from the checkpoint without a word
             raise ValueError(mismatch + difference)
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
@@ -213,6 +274,13 @@ class Checkpointer:
             )
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(mismatch + str(err)) from err
+        bad = first_non_finite(restored.state)
+        if bad is not None:
+            raise ValueError(
+                f"checkpoint {path}: {bad} holds NaN or inf after restoring (a corrupted file, or "
+                "a state saved after the run diverged); delete it to resume from an earlier "
+                "checkpoint"
+            )
         return restored.state, restored.data
 
     def restore_driver(self, step: int) -> dict[str, Any]:
