@@ -7,6 +7,8 @@ import socket
 import subprocess
 import sys
 
+import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 from ml_collections import ConfigDict
 
@@ -213,3 +215,85 @@ def test_the_launcher_refuses_a_locked_run_dir_in_one_line(tmp_path):
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"error: run_dir {tmp_path} is in use by pid {proc.pid} on host")
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+TINY = [
+    "--config.model.d_model=32",
+    "--config.model.n_layers=1",
+    "--config.model.n_heads=2",
+    "--config.model.n_kv_heads=1",
+    "--config.model.d_ff=64",
+    "--config.sft.steps=30",
+    "--config.sft.batch_size=16",
+    "--config.train.prompts_per_step=4",
+    "--config.rollout.n_samples=4",
+    "--config.task.eval_size=16",
+    "--config.train.checkpoint_every=2",
+    "--config.train.eval_every=2",
+]
+
+
+def launch(run_dir, *flags, config="configs/grpo_addition.py"):
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device
+    command = [sys.executable, "-m", "launchers.train", f"--config={config}"]
+    command += [f"--config.run_dir={run_dir}", *TINY, *flags]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def one_line_error(result):
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr[-3000:]
+    return lines[0]
+
+
+def add_checkpoint_with_nan(checkpoints, step):
+    """Checkpoint `step + 1`: checkpoint `step` with a NaN in Adam's second moment, written by
+    orbax alone (so without a manifest), as a damaged array file that restores wrong numbers
+    would be (a flipped byte may or may not make a NaN; this does, deterministically)."""
+    state = ocp.StandardCheckpointer().restore(checkpoints / str(step) / "state")
+    nu = state["opt_state"][1][0]["nu"]["embed"]
+    nu["value"] = np.array(nu["value"])
+    nu["value"][3, 5] = np.nan
+    manager = ocp.CheckpointManager(checkpoints)
+    data = manager.restore(step, args=ocp.args.Composite(data=ocp.args.JsonRestore())).data
+    items = ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data))
+    manager.save(step + 1, args=items)
+    manager.wait_until_finished()
+    manager.close()
+
+
+@pytest.mark.slow  # one training launch and three resumes: ~60 s on 2 cores
+def test_resuming_with_another_algorithm_or_a_damaged_checkpoint_stops_in_one_line(tmp_path):
+    """The issue's cases: a GRPO run directory resumed with the RLOO recipe; a checkpoint
+    without a manifest whose optimizer state restores a NaN, refused with and without
+    train.allow_unverified_checkpoint."""
+    done = launch(tmp_path, "--config.train.steps=2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    kept = {name: (tmp_path / name).read_text() for name in (CONFIG, HISTORY, "metrics.jsonl")}
+
+    rloo = one_line_error(
+        launch(tmp_path, "--config.train.steps=4", config="configs/rloo_addition.py")
+    )
+    assert "trained with another config" in rloo and "algorithm.name: 'grpo' -> 'rloo'" in rloo
+    assert "train.allow_config_change=True" in rloo
+    assert {name: (tmp_path / name).read_text() for name in kept} == kept  # nothing written
+
+    add_checkpoint_with_nan(tmp_path / "checkpoints", 2)
+    step_dir = tmp_path / "checkpoints" / "3"
+    unverified = one_line_error(launch(tmp_path, "--config.train.steps=4"))
+    assert unverified == (
+        f"error: checkpoint {step_dir} has no rljax_manifest.json, so its files cannot be "
+        "verified; delete it to resume from an earlier checkpoint, or set "
+        "train.allow_unverified_checkpoint=True to restore it anyway"
+    )
+    allowed = launch(
+        tmp_path, "--config.train.steps=4", "--config.train.allow_unverified_checkpoint=True"
+    )
+    assert allowed.returncode != 0
+    nan = allowed.stderr.strip().splitlines()[-1]  # after the warning that it is unverified
+    assert nan.startswith(
+        f"error: checkpoint {step_dir}: .opt_state[1][0].nu['embed'].value holds NaN or inf"
+    )
+    assert (tmp_path / "metrics.jsonl").read_text() == kept["metrics.jsonl"]
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2", "3"]  # no step 4 written
