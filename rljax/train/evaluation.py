@@ -109,7 +109,12 @@ def restore_policy(
     mesh = build_mesh(config)
     if step == 0:
         return 0, tokenizer, graphdef, shard_params(params, mesh)
-    checkpointer = Checkpointer(directory, config.train.max_checkpoints, async_save=False)
+    checkpointer = Checkpointer(
+        directory,
+        config.train.max_checkpoints,
+        async_save=False,
+        allow_unverified=config.train.allow_unverified_checkpoint,
+    )
     try:
         step = checkpointer.latest_step() if step is None else step
         if step is None:
