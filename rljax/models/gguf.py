@@ -69,8 +69,10 @@ def _reader(path: str):
         )
     try:
         return gguf.GGUFReader(path)
-    except ValueError as e:  # bad magic or truncated file
-        raise ValueError(f"{path} is not a readable GGUF file ({e}); re-download it") from None
+    except (ValueError, IndexError, OverflowError) as e:  # bad magic, cut off, flipped bytes
+        raise ValueError(
+            f"{path} is damaged (truncated?) or not a GGUF file: {e}; re-download it"
+        ) from None
 
 
 _MISSING = object()
