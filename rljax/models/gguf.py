@@ -217,6 +217,18 @@ def gguf_config(path: str, dtype: str = "float32", param_dtype: str = "float32")
     return _config_from_reader(_reader(path), path, dtype, param_dtype)
 
 
+def gguf_limits(
+    path: str, dtype: str = "float32", param_dtype: str = "float32"
+) -> tuple[TransformerConfig, int | None]:
+    """The TransformerConfig of a GGUF file and its context length in tokens (None: not
+    recorded), from the metadata alone: what validation needs to size a run."""
+    path = os.fspath(path)
+    reader = _reader(path)
+    config = _config_from_reader(reader, path, dtype, param_dtype)
+    length = _field(reader, f"{_field(reader, 'general.architecture')}.context_length", None)
+    return config, None if length is None else int(length)
+
+
 def load_gguf(
     path: str,
     dtype: str = "float32",
