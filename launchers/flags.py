@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
 import sys
 import types
 from typing import Any
@@ -10,6 +12,8 @@ from typing import Any
 from absl import flags
 from ml_collections import ConfigDict
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
+
+from rljax.data.tasks import TASKS
 
 
 class ConfigFileError(Exception):
@@ -51,6 +55,7 @@ class _ReportingParser(flags.ArgumentParser):
 
     def __init__(self, inner: ConfigFileFlagParser):
         self._inner = inner
+        self.loaded: tuple[str, ConfigDict] | None = None  # (file, config) once parsed
 
     def flag_type(self) -> str:
         return self._inner.flag_type()
@@ -68,6 +73,7 @@ class _ReportingParser(flags.ArgumentParser):
                 err = err.__context__ or err
             raise ConfigFileError(_explain(err, file)) from None
         if isinstance(config, ConfigDict):
+            self.loaded = (file, config)
             return config
         try:  # ml_collections defers an OSError of get_config() to the first use of the result
             getattr(config, "lock", None)
@@ -77,6 +83,31 @@ class _ReportingParser(flags.ArgumentParser):
             f"{file}: get_config() returned {type(config).__name__}, not an "
             "ml_collections.ConfigDict; return the ConfigDict"
         )
+
+
+def _task_setting_hint(argv: list[str], flag_values: flags.FlagValues) -> str | None:
+    """For `--config.task.KEY=...` where the config file's task section lacks KEY but another
+    task takes it (e.g. train_path of task 'local'): one line saying it needs a config file."""
+    for name in flag_values:
+        parser = flag_values[name].parser
+        if not isinstance(parser, _ReportingParser) or parser.loaded is None:
+            continue
+        file, config = parser.loaded
+        task = config.get("task")
+        for arg in argv:
+            match = re.match(rf"--?{re.escape(name)}\.task\.(\w+)=", arg)
+            if task is None or match is None or match[1] in task:
+                continue
+            key = match[1]
+            takers = [n for n, cls in TASKS.items() if key in inspect.signature(cls).parameters]
+            if takers:
+                return (
+                    f"task.{key} is a setting of task {' or '.join(map(repr, takers))}, but the "
+                    f"task section of {file} (task {task.get('name')!r}) does not set it; "
+                    "command-line overrides only change keys the config file sets, so set "
+                    f"task.name and task.{key} together in a config file (e.g. a copy of {file})"
+                )
+    return None
 
 
 def parse_flags(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) -> list[str]:
@@ -92,6 +123,9 @@ def parse_flags(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) ->
     except flags.Error as err:  # a value of the wrong type, a missing required flag
         sys.exit(f"error: {err}")
     except (AttributeError, KeyError) as err:  # ml_collections: a config key that is not there
+        hint = _task_setting_hint(argv, flag_values)
+        if hint is not None:
+            sys.exit(f"error: {hint}")
         detail = str(err).strip("'\"").replace("\\n", " ").replace("\\'", "'")
         sys.exit(f"error: unknown config key {detail}")
     except OSError as err:  # overrides of a config file that failed to load
