@@ -41,6 +41,7 @@ from rljax.train.host_batch import HostBatch
 from rljax.train.kinds import policy_kind
 from rljax.train.prompts import Prompts, train_prompts
 from rljax.train.scoring import decode_completions
+from rljax.train.signals import Stopped, StopSignals
 from rljax.train.timing import STEP_PHASES, CompileClock, add_time, timed
 
 
@@ -66,6 +67,7 @@ def _train(
 ) -> list[dict[str, float]]:
     """`train` on a validated config; what it opens (checkpointer, logs) goes on `opened`."""
     t = config.train
+    stop = opened.enter_context(StopSignals())  # SIGINT/SIGTERM: save this step, then stop
     enable_compilation_cache(t.compilation_cache)
     mesh = build_mesh(config)  # its fit to the devices and batch sizes: validate_config
     multi = jax.process_count() > 1
@@ -208,8 +210,22 @@ def _train(
             if saving:
                 maybe_kill(done, "checkpoint")  # crash-safety tests: mid-write ...
                 maybe_kill(done, "saved", checkpointer.wait)  # ... or once it is on disk
+            signum = stop_signal(stop)
+            if signum is not None and done < t.steps:
+                if not saving:
+                    checkpointer.save(done, state, data.get_state(), collector.state() or None)
+                checkpointer.wait()
+                raise Stopped(signum, done)
     checkpointer.wait()
     return records
+
+
+def stop_signal(stop: StopSignals) -> int | None:
+    """The signal the run stops on after this step, or None. Every process gets the same
+    answer (any one's signal stops all at the same step; the others would otherwise wait in a
+    collective): one small allgather per step, free with one process."""
+    signals = allgather(np.asarray([stop.received or 0], np.int32))
+    return int(signals.max()) or None
 
 
 def sample_groups(batch: HostBatch, tokenizer: Tokenizer, groups: int) -> list[dict]:
