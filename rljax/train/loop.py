@@ -35,6 +35,7 @@ from rljax.train.checkpoint import Checkpointer
 from rljax.train.collection import check_multi_process
 from rljax.train.collector import Collector
 from rljax.train.compile_cache import enable_compilation_cache
+from rljax.train.disk import DiskFullErrors
 from rljax.train.faults import maybe_kill
 from rljax.train.guard import SkipGuard, tensor_names
 from rljax.train.host_batch import HostBatch
@@ -83,8 +84,11 @@ def _train(
     optimizer = build_optimizer(t)
 
     run_dir = os.path.abspath(config.run_dir)
+    # A full disk: one DiskFull after everything below is closed (hence entered first).
+    disk = opened.enter_context(DiskFullErrors(run_dir, lambda: None))
     checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), t.max_checkpoints)
     opened.callback(checkpointer.close)
+    disk.latest_step = checkpointer.latest_step
     start = checkpointer.latest_step()
     # Logs continue from the checkpoint; what a crashed run logged after it is dropped.
     writer = MetricsWriter(run_dir, resume_step=start) if lead else None
