@@ -11,6 +11,7 @@ JAX_PROCESS_ID environment variables); on TPU pods and SLURM `--num_processes=-1
 
 from __future__ import annotations
 
+import os
 import sys
 
 import jax
@@ -19,7 +20,9 @@ from ml_collections import config_flags
 
 from launchers.flags import parse_flags
 from rljax.parallel import distributed
+from rljax.train.disk import DiskFull
 from rljax.train.loop import train
+from rljax.train.signals import Stopped
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Path to an ml_collections config.", lock_config=True
@@ -45,6 +48,13 @@ def main(argv: list[str]) -> None:
         distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
         logging.info("config:\n%s", config)
         records = train(config)
+    except DiskFull as err:  # the run's files are closed; writer threads' exit hooks would
+        # only repeat the error (and tensorboardX's can hang on it): leave without them
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        os._exit(1)
+    except Stopped as stopped:  # SIGINT/SIGTERM: the step in flight finished and was saved
+        print(stopped, file=sys.stderr)
+        sys.exit(stopped.exit_code)
     except (ValueError, OSError, FloatingPointError) as err:
         # Bad settings, a missing or corrupted checkpoint or config file (ml_collections
         # defers that error to the first use of the config), a run stopped by its numerical

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import json
 import math
 import os
 import re
@@ -31,8 +30,12 @@ from typing import Any, NamedTuple
 import jax
 from ml_collections import ConfigDict
 
+from rljax.config.memory import check_fits
 from rljax.config.schema import OPEN_SECTIONS, SCHEMA, Key
 from rljax.data.tasks import TASKS
+from rljax.models.fetch import SMOLLM2_FILE, default_cache_dir
+from rljax.models.gguf import gguf_limits
+from rljax.models.hf import _read_json, config_from_hf
 from rljax.parallel.mesh import MESH_AXES
 
 # Arguments the driver passes itself, by section: {argument: the config key it comes from}.
@@ -477,34 +480,39 @@ def _mesh_sizes(mesh: ConfigDict, devices: int, sampler_devices: int) -> dict[st
 
 def _check_model(config: ConfigDict) -> None:
     """A scratch model's shape and dtypes; a checkpoint's length budget when it is known
-    without loading weights (a local Hugging Face directory's config.json)."""
+    without loading weights (a local Hugging Face directory's config.json, a GGUF file's
+    metadata); the KV cache and logits of a step against the memory (`rljax.config.memory`)."""
     m, b = config.model, _builders()
     source = m.checkpoint
     if not source:
         try:
-            b.scratch_model_config(m)
+            model = b.scratch_model_config(m)
         except ValueError as err:  # its messages name the fields: name them as config keys
             fields = "|".join(m.keys())
             detail = re.sub(rf"(TransformerConfig\.|\b)({fields})=", r"model.\2=", str(err))
             raise ValueError(f"model settings: {detail}") from None
+        check_fits(config, model, ("the model's context length", None))
         return
-    if source in b.FETCHABLE or source.endswith(".gguf"):
-        return  # the length budget is read when the model is loaded
+    if source in b.FETCHABLE:  # sized when it is cached; a first run reads it once fetched
+        source = os.path.join(default_cache_dir(), SMOLLM2_FILE)
+    if source.endswith(".gguf"):
+        if os.path.isfile(source):  # a missing file is named when the model is loaded
+            model, length = gguf_limits(source, m.dtype, m.param_dtype)
+            check_fits(config, model, ("the GGUF file's context_length", length))
+        return
     path = os.path.join(source, "config.json")
     if not os.path.isfile(path):
         raise ValueError(
             f"model.checkpoint={source!r} is neither a directory with a config.json, a .gguf "
             f"file nor one of {b.FETCHABLE}; pass a local checkpoint"
         )
-    with open(path, encoding="utf-8") as f:
-        max_len = json.load(f).get("max_position_embeddings")
-    need = config.task.max_prompt_len + config.rollout.max_new_tokens
-    if max_len is not None and need > max_len:
-        raise ValueError(
-            f"task.max_prompt_len + rollout.max_new_tokens = {config.task.max_prompt_len} + "
-            f"{config.rollout.max_new_tokens} = {need} tokens exceed the checkpoint's "
-            f"max_position_embeddings={max_len}; lower one of them"
-        )
+    hf = _read_json(path)
+    try:
+        model = config_from_hf(hf).replace(dtype=m.dtype, param_dtype=m.param_dtype)
+    except ValueError:  # named, with the checkpoint's path, when the model is loaded
+        model = None
+    length = hf.get("max_position_embeddings")
+    check_fits(config, model, ("the checkpoint's max_position_embeddings", length))
 
 
 # --- feature combinations ------------------------------------------------------------------

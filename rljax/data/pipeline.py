@@ -64,6 +64,19 @@ def _task_indices(
     return indices[shard_index::shard_count]
 
 
+def _clip(text: str, limit: int = 80) -> str:
+    """`text` for an error message: its repr, cut to its first `limit` characters when longer."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
+
+
+def _where(task: Task, index: int, split: str) -> str:
+    """The example in errors: its file and line when the task knows them (`source`)."""
+    source = getattr(task, "source", None)
+    return source(index, split) if source is not None else f"{split} example {index}"
+
+
 def _encode_prompt(
     tokenizer: Tokenizer,
     prompt: str,
@@ -81,7 +94,7 @@ def _encode_prompt(
     except ValueError as err:
         length = len(tokenizer.encode(prompt, add_bos=add_bos))
         raise ValueError(
-            f"{where}: prompt {prompt!r} is {length} tokens, more than "
+            f"{where}: prompt {_clip(prompt)} is {length} tokens, more than "
             f"max_prompt_len={max_prompt_len}; raise max_prompt_len or shorten the "
             "task's prompts"
         ) from err
@@ -101,14 +114,14 @@ def _prompt_example(
 ) -> dict[str, np.ndarray]:
     """One RL prompt example (see `prompt_dataset`)."""
     example = task.example(int(index), split)
-    where = f"{split} example {index}"
+    where = _where(task, int(index), split)
     tokens, mask = _encode_prompt(
         tokenizer, example["prompt"], max_prompt_len, where, format_prompt, add_bos
     )
     answer_bytes = example["answer"].encode("utf-8")
     if len(answer_bytes) > max_answer_len:
         raise ValueError(
-            f"{where}: answer {example['answer']!r} is {len(answer_bytes)} bytes, "
+            f"{where}: answer {_clip(example['answer'])} is {len(answer_bytes)} bytes, "
             f"more than max_answer_len={max_answer_len}; raise max_answer_len"
         )
     answer = np.zeros(max_answer_len, np.uint8)
@@ -135,7 +148,7 @@ def _sft_example(
 ) -> dict[str, np.ndarray]:
     """One SFT example (see `sft_dataset`)."""
     example = task.example(int(index), split)
-    where = f"{split} example {index}"
+    where = _where(task, int(index), split)
     prompt_tokens, prompt_mask = _encode_prompt(
         tokenizer, example["prompt"], max_prompt_len, where, format_prompt, add_bos
     )
@@ -143,7 +156,7 @@ def _sft_example(
     ids = tokenizer.encode(target, add_eos=True)
     if len(ids) > max_completion_len:
         raise ValueError(
-            f"{where}: SFT target {target!r} plus EOS is {len(ids)} tokens, more "
+            f"{where}: SFT target {_clip(target)} plus EOS is {len(ids)} tokens, more "
             f"than max_completion_len={max_completion_len}; raise max_completion_len"
         )
     completion_tokens = np.full(max_completion_len, tokenizer.pad_id, np.int32)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -10,6 +11,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+
+@contextlib.contextmanager
+def _naming(path: str):
+    """An OSError while writing `path` names it (a file object's write, flush and close errors,
+    a full disk's ENOSPC among them, carry no file name)."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is None:
+            err.filename = path
+        raise
 
 
 def to_scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -79,23 +92,29 @@ class MetricsWriter:
                 shutil.rmtree(logdir, ignore_errors=True)
             purge = None if resume_step is None else resume_step + 1
             self._tb = SummaryWriter(logdir, purge_step=purge)
+            self._tb_dir = logdir
 
     def write(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
         """Records one step's scalar metrics; returns them as floats."""
         scalars = to_scalars(metrics)
         record = {"step": int(step)}
         record.update({k: (v if math.isfinite(v) else None) for k, v in scalars.items()})
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        with _naming(self.path):
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
         if self._tb is not None:
             for key, value in scalars.items():
                 self._tb.add_scalar(key, value, int(step))
         return scalars
 
     def close(self) -> None:
-        self._file.close()
-        if self._tb is not None:
-            self._tb.close()
+        try:
+            with _naming(self.path):
+                self._file.close()
+        finally:
+            if self._tb is not None:
+                with _naming(self._tb_dir):
+                    self._tb.close()
 
     def __enter__(self) -> "MetricsWriter":
         return self
@@ -121,11 +140,13 @@ class SamplesWriter:
     def write(self, step: int, groups: list[dict[str, Any]]) -> None:
         """Appends one step's groups (each with prompt_id, prompt, completions, rewards)."""
         lines = [json.dumps({"step": int(step), **group}) + "\n" for group in groups]
-        self._file.writelines(lines)
-        self._file.flush()
+        with _naming(self.path):
+            self._file.writelines(lines)
+            self._file.flush()
 
     def close(self) -> None:
-        self._file.close()
+        with _naming(self.path):
+            self._file.close()
 
 
 def read_metrics(run_dir: str) -> list[dict[str, Any]]:

@@ -69,8 +69,10 @@ def _reader(path: str):
         )
     try:
         return gguf.GGUFReader(path)
-    except ValueError as e:  # bad magic or truncated file
-        raise ValueError(f"{path} is not a readable GGUF file ({e}); re-download it") from None
+    except (ValueError, IndexError, OverflowError) as e:  # bad magic, cut off, flipped bytes
+        raise ValueError(
+            f"{path} is damaged (truncated?) or not a GGUF file: {e}; re-download it"
+        ) from None
 
 
 _MISSING = object()
@@ -213,6 +215,18 @@ def gguf_config(path: str, dtype: str = "float32", param_dtype: str = "float32")
     """The TransformerConfig a GGUF file describes, read from its metadata (no weights loaded)."""
     path = os.fspath(path)
     return _config_from_reader(_reader(path), path, dtype, param_dtype)
+
+
+def gguf_limits(
+    path: str, dtype: str = "float32", param_dtype: str = "float32"
+) -> tuple[TransformerConfig, int | None]:
+    """The TransformerConfig of a GGUF file and its context length in tokens (None: not
+    recorded), from the metadata alone: what validation needs to size a run."""
+    path = os.fspath(path)
+    reader = _reader(path)
+    config = _config_from_reader(reader, path, dtype, param_dtype)
+    length = _field(reader, f"{_field(reader, 'general.architecture')}.context_length", None)
+    return config, None if length is None else int(length)
 
 
 def load_gguf(

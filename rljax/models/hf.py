@@ -310,6 +310,15 @@ def _ignorable(name: str, config: TransformerConfig) -> bool:
 # Loading
 
 
+def _read_json(file: str) -> dict[str, Any]:
+    """A checkpoint's JSON file; a damaged one is a one-line error naming it."""
+    try:
+        with open(file, encoding="utf-8") as fh:
+            return json.load(fh)
+    except ValueError as err:  # invalid JSON or UTF-8: a cut-off or corrupted download
+        raise ValueError(f"{file} is damaged (truncated?): {err}; re-download it") from None
+
+
 def _weight_files(path: str) -> list[str]:
     """The safetensors files of a checkpoint directory: one file, or the shards of an index."""
     single = os.path.join(path, _SINGLE_FILE)
@@ -317,8 +326,7 @@ def _weight_files(path: str) -> list[str]:
         return [single]
     index = os.path.join(path, _INDEX_FILE)
     if os.path.isfile(index):
-        with open(index, encoding="utf-8") as fh:
-            weight_map = json.load(fh).get("weight_map")
+        weight_map = _read_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise ValueError(f"{index} has no 'weight_map'; re-save the checkpoint")
         files = [os.path.join(path, name) for name in sorted(set(weight_map.values()))]
@@ -348,11 +356,16 @@ def _read_tensors(files: list[str]) -> dict[str, np.ndarray]:
     tensors: dict[str, np.ndarray] = {}
     with jax.default_device(cpu):
         for file in files:
-            with safetensors.safe_open(file, framework="flax") as fh:
-                for name in fh.keys():
-                    if name in tensors:
-                        raise ValueError(f"tensor {name!r} appears in more than one shard ({file})")
-                    tensors[name] = np.asarray(fh.get_tensor(name))
+            try:
+                with safetensors.safe_open(file, framework="flax") as fh:
+                    for name in fh.keys():
+                        if name in tensors:
+                            raise ValueError(
+                                f"tensor {name!r} appears in more than one shard ({file})"
+                            )
+                        tensors[name] = np.asarray(fh.get_tensor(name))
+            except safetensors.SafetensorError as err:  # a cut-off download, flipped bytes
+                raise ValueError(f"{file} is damaged (truncated?): {err}; re-download it") from None
     return tensors
 
 
@@ -386,7 +399,8 @@ def load_hf_checkpoint(
 
     Raises:
       FileNotFoundError: the directory, config.json or the weights are missing.
-      ValueError: an unsupported architecture, or tensors missing, extra or of the wrong shape.
+      ValueError: an unsupported architecture, tensors missing, extra or of the wrong shape, or
+        a damaged (e.g. truncated) safetensors file.
     """
     path = os.fspath(path)
     if not os.path.isdir(path):
@@ -400,8 +414,7 @@ def load_hf_checkpoint(
             f"{config_file} not found; a Hugging Face checkpoint directory "
             "needs its config.json next to the safetensors weights"
         )
-    with open(config_file, encoding="utf-8") as fh:
-        config = config_from_hf(json.load(fh)).replace(dtype=dtype, param_dtype=param_dtype)
+    config = config_from_hf(_read_json(config_file)).replace(dtype=dtype, param_dtype=param_dtype)
     tensors = _read_tensors(_weight_files(path))
 
     graphdef, params = abstract_model(config)

@@ -35,6 +35,7 @@ from rljax.train.checkpoint import Checkpointer
 from rljax.train.collection import check_multi_process
 from rljax.train.collector import Collector
 from rljax.train.compile_cache import enable_compilation_cache
+from rljax.train.disk import DiskFullErrors
 from rljax.train.faults import maybe_kill
 from rljax.train.guard import SkipGuard, tensor_names
 from rljax.train.host_batch import HostBatch
@@ -42,6 +43,7 @@ from rljax.train.kinds import policy_kind
 from rljax.train.prompts import Prompts, train_prompts
 from rljax.train.run_dir import RunDir
 from rljax.train.scoring import decode_completions
+from rljax.train.signals import Stopped, StopSignals
 from rljax.train.timing import STEP_PHASES, CompileClock, add_time, timed
 
 
@@ -69,6 +71,7 @@ def _train(
     t = config.train
     run_dir = os.path.abspath(config.run_dir)
     run = opened.enter_context(RunDir(run_dir, config))  # one writer; before anything is built
+    stop = opened.enter_context(StopSignals())  # SIGINT/SIGTERM: save this step, then stop
     enable_compilation_cache(t.compilation_cache)
     mesh = build_mesh(config)  # its fit to the devices and batch sizes: validate_config
     multi = jax.process_count() > 1
@@ -83,12 +86,15 @@ def _train(
     algorithm = kind.build_algorithm(config, model_config)
     optimizer = build_optimizer(t)
 
+    # A full disk: one DiskFull after everything below is closed (hence entered first).
+    disk = opened.enter_context(DiskFullErrors(run_dir, lambda: None))
     checkpointer = Checkpointer(
         os.path.join(run_dir, "checkpoints"),
         t.max_checkpoints,
         allow_unverified=t.allow_unverified_checkpoint,
     )
     opened.callback(checkpointer.close)
+    disk.latest_step = checkpointer.latest_step
     start = checkpointer.latest_step()
     run.begin(start)  # a resumed run's config against the stored one; config.json, configs.jsonl
     # Logs continue from the checkpoint; what a crashed run logged after it is dropped.
@@ -212,8 +218,22 @@ def _train(
             if saving:
                 maybe_kill(done, "checkpoint")  # crash-safety tests: mid-write ...
                 maybe_kill(done, "saved", checkpointer.wait)  # ... or once it is on disk
+            signum = stop_signal(stop)
+            if signum is not None and done < t.steps:
+                if not saving:
+                    checkpointer.save(done, state, data.get_state(), collector.state() or None)
+                checkpointer.wait()
+                raise Stopped(signum, done)
     checkpointer.wait()
     return records
+
+
+def stop_signal(stop: StopSignals) -> int | None:
+    """The signal the run stops on after this step, or None. Every process gets the same
+    answer (any one's signal stops all at the same step; the others would otherwise wait in a
+    collective): one small allgather per step, free with one process."""
+    signals = allgather(np.asarray([stop.received or 0], np.int32))
+    return int(signals.max()) or None
 
 
 def sample_groups(batch: HostBatch, tokenizer: Tokenizer, groups: int) -> list[dict]:

@@ -275,6 +275,34 @@ def test_row_errors_name_the_row_and_fields(tmp_path):
         LocalTask(code, kind="code", reward_fn=run_tests)
 
 
+def test_a_line_that_is_not_utf8_is_named_by_file_and_line(tmp_path):
+    bad = tmp_path / "latin1.jsonl"
+    good = json.dumps(GSM8K[0]).encode() + b"\n\n"
+    bad.write_bytes(good + '{"question": "caf\u00e9?", "answer": "1"}\n'.encode("latin-1"))
+    message = rf"^{bad} line 3 is not UTF-8 \(byte 0xe9 at position 18 of the line\); re-save"
+    with pytest.raises(ValueError, match=message):
+        LocalTask(str(bad))
+
+
+@pytest.mark.parametrize("split_by", ["test_path", "hash"])
+def test_an_overlong_prompt_is_clipped_and_named_by_its_file_line(split_by, tmp_path):
+    long = "x" * 100_000
+    rows = many_rows(40) + [{"question": long, "answer": "1"}]
+    path = write_jsonl(tmp_path / "long.jsonl", rows, blank_lines=True)
+    task = LocalTask(path, test_path=path if split_by == "test_path" else None, test_fraction=0.5)
+    split = next(
+        s
+        for s in task.splits
+        if any(task.example(i, s)["prompt"] == long for i in range(task.split_size(s)))
+    )
+    ds = prompt_dataset(task, split, ByteTokenizer(), 64, seed=None, shard_index=0, shard_count=1)
+    with pytest.raises(ValueError) as err:
+        list(ds)
+    message = str(err.value)
+    assert message.startswith(f"{path} line 81: prompt '{'x' * 80}'... (100000 characters) is ")
+    assert len(message) < 400, len(message)
+
+
 def test_argument_errors(tmp_path):
     path = write_jsonl(tmp_path / "g.jsonl", GSM8K)
     with pytest.raises(ValueError, match=r"kind='proof' must be one of"):

@@ -250,7 +250,7 @@ def test_errors(tmp_path):
         load_gguf(str(tmp_path / "nope.gguf"))
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf file at all" * 10)
-    with pytest.raises(ValueError, match="not a readable GGUF"):
+    with pytest.raises(ValueError, match="not a GGUF file"):
         load_gguf(str(junk))
 
     falcon = str(tmp_path / "falcon.gguf")
@@ -280,6 +280,17 @@ def test_errors(tmp_path):
     _write(extra, extra={"blk.0.ffn_gate_exps.weight": np.zeros((4, _D), np.float32)})
     with pytest.raises(ValueError, match="ffn_gate_exps"):
         load_gguf(extra)
+
+
+@pytest.mark.parametrize("keep", [0.002, 0.01, 0.5, 0.999])
+def test_truncated_file_names_it(keep, tmp_path):
+    """A download cut off in the metadata, the tensor table or the data: one ValueError."""
+    path = tmp_path / "cut.gguf"
+    _write(str(path))
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(ValueError, match=rf"^{path} is damaged \(truncated\?\).*re-download it$"):
+        load_gguf(str(path))
 
 
 # ----------------------------------------------------------------------------------------------

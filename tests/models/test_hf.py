@@ -414,6 +414,33 @@ def test_load_errors(tmp_path):
         load_hf_checkpoint(tmp_path)
 
 
+@pytest.mark.parametrize(
+    "name, damage",
+    [
+        ("model.safetensors", "half"),
+        ("model.safetensors", "header"),
+        ("model.safetensors", "empty"),
+        ("model.safetensors", "flipped_header"),
+        ("config.json", "half"),
+    ],
+)
+def test_damaged_files_name_the_file(name, damage, tmp_path):
+    """A cut-off download or flipped bytes: one ValueError naming the file, not a Rust error."""
+    _saved(tmp_path)
+    file = tmp_path / name
+    data = file.read_bytes()
+    damaged = {
+        "half": data[: len(data) // 2],
+        "header": data[:20],
+        "empty": b"",
+        "flipped_header": data[:8] + b"\xff" * 16 + data[24:],
+    }[damage]
+    file.write_bytes(damaged)
+    message = rf"^{file} is damaged \(truncated\?\): .*; re-download it$"
+    with pytest.raises(ValueError, match=message):
+        load_hf_checkpoint(tmp_path)
+
+
 def test_ignorable_buffers_and_tied_head(tmp_path):
     config, params = _saved(tmp_path, _tiny_config(tie_embeddings=True))
     embed = np.asarray(params["embed"][...])

@@ -38,7 +38,8 @@ class Task(Protocol):
 
 # Optional task methods the driver uses when present:
 #   difficulty(index, split) -> int: a difficulty level, for `prompt_selection.name=curriculum`;
-#   group_rewards(completions, answer) -> [G] rewards: scores a prompt's samples together.
+#   group_rewards(completions, answer) -> [G] rewards: scores a prompt's samples together;
+#   source(index, split) -> str: where an example comes from ("train.jsonl line 7"), for errors.
 
 
 # Every built-in task, by `task.name`.

@@ -87,11 +87,18 @@ def iter_file_rows(
     path = os.fspath(path)
     format = resolve_format(path, format)
     if format == "jsonl":
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
+        with open(path, "rb") as f:  # bytes: a line that is not UTF-8 is named by its number
+            for lineno, data in enumerate(f, start=1):
+                where = f"{path} line {lineno}"
+                try:
+                    line = data.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise ValueError(
+                        f"{where} is not UTF-8 (byte {data[err.start]:#04x} at position "
+                        f"{err.start + 1} of the line); re-save the file as UTF-8"
+                    ) from None
                 if not line.strip():
                     continue
-                where = f"{path} line {lineno}"
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as err:
@@ -154,6 +161,11 @@ class _Split:
     indices: np.ndarray | None  # row numbers in `rows`; None: all of them
     raw: bool  # rows still need `_to_example`
     path: str
+    wheres: Sequence[str] | None = None  # each row's place in the file; None: "path row i"
+
+    def where(self, row: int) -> str:
+        """Row `row` of `rows` as its place in the file ("data.jsonl line 3"), for errors."""
+        return f"{self.path} row {row}" if self.wheres is None else self.wheres[row]
 
     def __len__(self) -> int:
         return len(self.rows) if self.indices is None else len(self.indices)
@@ -251,10 +263,19 @@ class LocalTask:
         s = self._split(split)
         if not 0 <= index < len(s):
             raise ValueError(f"index={index} is out of range [0, {len(s)}) for split {split!r}")
-        row = int(index) if s.indices is None else int(s.indices[index])
+        row = self._row(index, split)
         if s.raw:
-            return self._to_example(s.rows[row], f"{s.path} row {row}")
+            return self._to_example(s.rows[row], s.where(row))
         return s.rows[row]
+
+    def source(self, index: int, split: str) -> str:
+        """Where the split's `index`-th example sits in its file ("train.jsonl line 7")."""
+        return self._split(split).where(self._row(index, split))
+
+    def _row(self, index: int, split: str) -> int:
+        """The row number in its file's rows of the split's `index`-th example."""
+        s = self._split(split)
+        return int(index) if s.indices is None else int(s.indices[index])
 
     def _code_reward(self, completion: str, answer: str) -> CodeReward:
         tests = json.loads(answer)["tests"]
@@ -385,8 +406,11 @@ class LocalTask:
         if format == "array_record":
             split = _Split(ArrayRecordRows(path), None, True, path)
         else:
-            rows = [self._to_example(row, where) for where, row in iter_file_rows(path, format)]
-            split = _Split(rows, None, False, path)
+            wheres, rows = [], []
+            for where, row in iter_file_rows(path, format):
+                wheres.append(where)
+                rows.append(self._to_example(row, where))
+            split = _Split(rows, None, False, path, wheres)
         if not len(split):
             raise ValueError(f"{key}={path!r} has no rows")
         return split
