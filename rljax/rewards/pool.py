@@ -97,6 +97,12 @@ def _become_worker() -> None:
         pass
     if os.getppid() != parent:  # the parent died before the death signal was armed
         os._exit(1)
+    server = multiprocessing.forkserver._forkserver  # pylint: disable=protected-access
+    if server._forkserver_alive_fd is not None:  # pylint: disable=protected-access
+        # The trainer's end of the pipe whose closing stops the forkserver: a worker that
+        # kept it open would keep the server, hence itself, alive after the trainer died.
+        os.close(server._forkserver_alive_fd)  # pylint: disable=protected-access
+        server._forkserver_alive_fd = None  # pylint: disable=protected-access
     os.environ["JAX_PLATFORMS"] = "cpu"
     if "jax" in sys.modules:  # preloaded by the forkserver: no backend is initialised yet
         sys.modules["jax"].config.update("jax_platforms", "cpu")
