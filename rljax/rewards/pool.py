@@ -200,7 +200,8 @@ class _Worker:
 
 
 class RewardPool:
-    """Persistent workers that score reward calls with per-call deadlines (module docstring).
+    """Persistent workers that score reward calls with per-call deadlines (module docstring);
+    one caller at a time.
 
     Args:
       kind: "process" or "thread".
@@ -281,12 +282,19 @@ class RewardPool:
         try:
             while todo or any(w.task for w in self._pool):
                 now = time.monotonic()
-                for w in self._pool:
+                for i, w in enumerate(self._pool):
                     if w.task is None and todo:
+                        try:
+                            w.send(index, entry, batched, chunks[todo[-1]])
+                        except OSError:  # it died while idle: a fresh one takes the chunk
+                            w.abandon()
+                            self._pool[i] = _Worker(self.kind, self._context)
+                            continue
                         j = todo.pop()
-                        w.send(index, entry, batched, chunks[j])
                         w.task = (j, now + (_LOAD_TIMEOUT_S if w.loading else limit))
                 busy = [w for w in self._pool if w.task]
+                if not busy:
+                    continue
                 wait = min(w.task[1] for w in busy) - time.monotonic()
                 ready = multiprocessing.connection.wait(
                     [w.conn for w in busy], timeout=None if wait == math.inf else max(wait, 0.0)
@@ -312,8 +320,10 @@ class RewardPool:
                                 results[j], w.task = value, None
                             continue
                     elif time.monotonic() >= deadline:
-                        what = "loading the reward function" if w.loading else "the call"
-                        outcome = (0.0, "timeout", f"{what} was abandoned after {limit} s")
+                        what, seconds = ("the call", limit)
+                        if w.loading:
+                            what, seconds = ("loading the reward function", _LOAD_TIMEOUT_S)
+                        outcome = (0.0, "timeout", f"{what} was abandoned after {seconds} s")
                     else:
                         continue
                     results[j] = [outcome] * len(chunks[j])

@@ -95,6 +95,17 @@ def test_workers_persist_across_calls_when_nothing_fails(pool):
     assert pool.pids() == pids
 
 
+def test_a_worker_killed_while_idle_is_replaced(pool):
+    _score(pool, ["a", "b"])
+    victim = pool.pids()[0]
+    os.kill(victim, signal.SIGKILL)
+    while _alive(victim):
+        time.sleep(0.01)
+    rewards, failures = _score(pool, ["a", "bb", "ccc"])
+    np.testing.assert_array_equal(rewards, [1, 2, 3])
+    assert sum(failures.values()) == 0 and victim not in pool.pids()
+
+
 def test_sigint_does_not_stop_workers_mid_call(pool):
     _score(pool, ["a", "b"])
     pids = pool.pids()
