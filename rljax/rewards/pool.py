@@ -67,6 +67,8 @@ BatchedRewardFn = Callable[[list[str], list[str], list[str]], Sequence[float]]
 POOL_KINDS = ("process", "thread")
 _LOAD_TIMEOUT_S = 120.0  # unpickling the reward function in a fresh worker (imports)
 _CACHED_FNS = 8  # reward functions a pool keeps pickled
+# What the forkserver imports once for all workers: rljax, the tasks and `TaskReward`.
+_PRELOAD = ["rljax", "rljax.data.tasks", "rljax.train.scoring"]
 _PR_SET_PDEATHSIG = 1
 
 _log = logging.getLogger(__name__)
@@ -219,7 +221,7 @@ class RewardPool:
         self._context = None
         if kind == "process":
             if start_method == "forkserver":  # imported once by the server, not per worker
-                multiprocessing.forkserver.set_forkserver_preload(["rljax"])
+                multiprocessing.forkserver.set_forkserver_preload(_PRELOAD)
             self._context = multiprocessing.get_context(start_method)
         self._pool: list[_Worker] = []
         # reward fn -> (index, what workers get: it or its pickle, the fn kept alive)
