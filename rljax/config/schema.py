@@ -183,21 +183,29 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
     },
     "reward": {
         "workers": Key(
-            0,
-            "0 scores in the driver's process; > 0 on a pool of this many",
+            2,
+            "workers of reward.kind's pool (persistent, reused every step)",
             min=0,
-            hint="0 scores in-process",
+            hint="0 only with reward.kind='inline'",
         ),
         "kind": Key(
-            "thread",
-            'the pool: "thread" or "process" (process: calls past timeout_s are killed)',
-            choices=("thread", "process"),
+            "process",
+            'where the reward runs: "process" (a pool of worker processes: a call past '
+            'timeout_s is killed, an exit or crash is contained), "thread" (a pool of threads: '
+            'a late call is abandoned, not stopped) or "inline" (in the trainer: fastest; '
+            "exceptions and sys.exit are caught, timeouts are soft and os._exit ends the run)",
+            choices=("process", "thread", "inline"),
         ),
         "timeout_s": Key(
-            0.0,
+            60.0,
             "seconds a reward call may take; a failed call scores 0",
             min=0,
             hint="0: no limit",
+        ),
+        "max_abs": Key(
+            1e6,
+            "a reward beyond +-max_abs scores 0 and counts as reward/failures_out_of_range",
+            gt=0,
         ),
         "token_level": Key(
             False,

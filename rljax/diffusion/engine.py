@@ -21,7 +21,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh, PartitionSpec
@@ -46,7 +45,7 @@ from rljax.train.builders import (
 )
 from rljax.train.collector import Collector, GroupCollector
 from rljax.train.prompts import Prompts
-from rljax.train.scoring import score_rollout
+from rljax.train.scoring import eval_metrics, score_rollout
 from rljax.train.staleness import SamplerPolicy
 from rljax.train.steps import Steps
 
@@ -205,8 +204,9 @@ def diffusion_greedy_eval(
 ) -> dict[str, float]:
     """Greedy (temperature 0) accuracy and mean reward on the first `task.eval_size` test
     problems, decoded in one batch at `rollout.block_size`, specials visible, scored by the
-    run's scorer. With `mesh` (several processes) every process feeds the whole batch
-    replicated and reads all outputs back."""
+    run's contained scorer (failures counted in `eval/reward_failures_*`). With `mesh`
+    (several processes) every process feeds the whole batch replicated and reads all outputs
+    back."""
     size, tokenizer = config.task.eval_size, prompts.tokenizer
     rc = build_diffusion_rollout_config(config, tokenizer)
     dataset = prompts.dataset(
@@ -230,7 +230,7 @@ def diffusion_greedy_eval(
         remasking=rc.remasking,
         eos_id=rc.eos_id,
     )
-    scores, _ = score_rollout(
+    scores, failures = score_rollout(
         task,
         tokenizer,
         batch,
@@ -241,5 +241,4 @@ def diffusion_greedy_eval(
         grouped=False,
         decode=decode_visible,
     )
-    rewards = np.asarray(scores, np.float32)
-    return {"eval/accuracy": float((rewards >= 1.0).mean()), "eval/reward": float(rewards.mean())}
+    return eval_metrics(scores, failures)

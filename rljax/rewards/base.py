@@ -1,12 +1,14 @@
 """The host-side reward interface, and scoring that contains a misbehaving reward function.
 
-A reward function sees decoded text and returns a float. One bad call (an exception, a None, a
-NaN) must not kill a long training run, so `score_completions` gives that completion reward 0,
-counts the failure by kind for the metrics, and logs one warning per kind per batch.
+A reward function sees decoded text and returns a float. One bad call (an exception, a
+`sys.exit`, a None, a NaN, an absurd 1e39) must not kill or derail a long training run, so
+`score_completions` gives that completion reward 0, counts the failure by kind for the
+metrics, and logs one warning per kind per batch.
 
-Timeouts here are soft: a call that returns after `timeout_s` has its reward discarded, but a
-call that never returns is not interrupted (threads cannot be killed safely). Hard limits belong
-to code-execution rewards, which run their programs in subprocesses.
+This is in-process scoring (`reward.kind="inline"`): timeouts here are soft (a call that
+returns after `timeout_s` has its reward discarded, but a call that never returns is not
+interrupted), and a call to `os._exit` or a crash in native code ends the trainer, since no
+Python code runs after them. Hard limits and survival of both: `rljax.rewards.pool`.
 """
 
 from __future__ import annotations
@@ -22,14 +24,19 @@ import numpy as np
 RewardFn = Callable[[str, str, str], float]
 """reward_fn(prompt, completion, answer) -> float, on decoded text (special tokens dropped)."""
 
-FAILURE_KINDS = ("exception", "wrong_type", "non_finite", "timeout")
+FAILURE_KINDS = ("exception", "wrong_type", "non_finite", "timeout", "exit", "out_of_range")
 
 FAILURE_REASONS = {
     "exception": "reward_fn raised",
     "wrong_type": "reward_fn returned a non-number",
     "non_finite": "reward_fn returned a non-finite number",
     "timeout": "reward_fn ran past timeout_s",
+    "exit": "reward_fn exited (sys.exit, os._exit or a crash)",
+    "out_of_range": "reward_fn returned a number beyond max_abs",
 }
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+"""The largest reward the [B] float32 rewards hold; the default of every `max_abs`."""
 
 _log = logging.getLogger(__name__)
 
@@ -41,9 +48,20 @@ def check_value(value: Any) -> Outcome:
     """The outcome of one returned reward value: a real, finite number or a failure."""
     if not isinstance(value, numbers.Real):
         return 0.0, "wrong_type", f"got {type(value).__name__} {value!r:.80}"
-    if not math.isfinite(value):
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        return 0.0, "out_of_range", f"got an int of {len(str(abs(int(value))))} digits"
+    if not math.isfinite(number):
         return 0.0, "non_finite", f"got {value!r}"
-    return float(value), None, ""
+    return number, None, ""
+
+
+def failed_call(err: BaseException) -> Outcome:
+    """The outcome of a call that raised `err` (an Exception, or SystemExit from sys.exit)."""
+    if isinstance(err, SystemExit):
+        return 0.0, "exit", f"called sys.exit({err.code!r})"
+    return 0.0, "exception", repr(err)
 
 
 def score_one(
@@ -53,21 +71,26 @@ def score_one(
     start = time.perf_counter()
     try:
         value = reward_fn(prompt, completion, answer)
-    except Exception as err:  # pylint: disable=broad-except  # contained by design
-        return 0.0, "exception", repr(err)
+    except (Exception, SystemExit) as err:  # pylint: disable=broad-except  # contained
+        return failed_call(err)
     elapsed = time.perf_counter() - start
     if timeout_s is not None and elapsed > timeout_s:
         return 0.0, "timeout", f"took {elapsed:.3g} s > timeout_s={timeout_s}"
     return check_value(value)
 
 
-def tally_outcomes(outcomes: Sequence[Outcome]) -> tuple[np.ndarray, dict[str, int]]:
-    """Rewards [B] float32 and failure counts per kind of B row outcomes; logs one warning per
-    kind of failure (how many rows, and the first one's detail)."""
+def tally_outcomes(
+    outcomes: Sequence[Outcome], max_abs: float = FLOAT32_MAX
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Rewards [B] float32 and failure counts per kind of B row outcomes, a reward beyond
+    +-max_abs made a failure of kind "out_of_range"; logs one warning per kind of failure (how
+    many rows, and the first one's detail)."""
     rewards = np.zeros(len(outcomes), np.float32)
     failures = dict.fromkeys(FAILURE_KINDS, 0)
     first: dict[str, str] = {}
     for i, (reward, kind, detail) in enumerate(outcomes):
+        if kind is None and abs(reward) > max_abs:
+            reward, kind, detail = 0.0, "out_of_range", f"got {reward!r} > max_abs={max_abs:g}"
         rewards[i] = reward
         if kind is not None:
             failures[kind] += 1
@@ -89,6 +112,7 @@ def score_completions(
     completions: Sequence[str],
     answers: Sequence[str],
     timeout_s: float | None = None,
+    max_abs: float = FLOAT32_MAX,
 ) -> tuple[np.ndarray, dict[str, int]]:
     """Rewards of B completions, with failed calls scored 0.
 
@@ -96,6 +120,7 @@ def score_completions(
       reward_fn: `RewardFn`; any real number (int, float, bool, numpy scalar) is accepted.
       prompts, completions, answers: B strings each, row i one sample.
       timeout_s: soft per-call time limit in seconds (see the module docstring); None for none.
+      max_abs: a reward beyond +-max_abs is a failure of kind "out_of_range".
 
     Returns:
       rewards: [B] float32.
@@ -109,5 +134,6 @@ def score_completions(
     if timeout_s is not None and timeout_s <= 0:
         raise ValueError(f"timeout_s={timeout_s} must be positive, or None for no limit")
     return tally_outcomes(
-        [score_one(reward_fn, *row, timeout_s) for row in zip(prompts, completions, answers)]
+        [score_one(reward_fn, *row, timeout_s) for row in zip(prompts, completions, answers)],
+        max_abs,
     )

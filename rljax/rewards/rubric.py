@@ -32,7 +32,7 @@ from rljax.rewards.base import FAILURE_KINDS, score_one
 Judge = Callable[[str, str, str], float]
 """judge(question, response, item_text) -> score in [0, 1] of how well the response meets it."""
 
-RUBRIC_FAILURE_KINDS = FAILURE_KINDS + ("out_of_range",)
+RUBRIC_FAILURE_KINDS = FAILURE_KINDS  # "out_of_range": a judge score outside [0, 1]
 
 _log = logging.getLogger(__name__)
 _QUOTED = re.compile(r'"([^"]+)"')

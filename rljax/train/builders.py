@@ -41,7 +41,8 @@ from rljax.models.transformer import create_model
 from rljax.parallel.mesh import make_mesh
 from rljax.quant.mismatch import adaptive_is, masked_is, truncated_is
 from rljax.quant.rollout import RolloutWeights
-from rljax.rewards import score_completions, score_completions_parallel
+from rljax.rewards import score_completions
+from rljax.rewards.pool import POOL_KINDS, score_on_shared_pool
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.critic import init_critic
 from rljax.train.fresh_replay import FreshReplay
@@ -481,26 +482,32 @@ def build_rollout_correction(config: ConfigDict) -> Transform | None:
 def build_scorer(config: ConfigDict) -> Callable[..., Any]:
     """How rewards are computed, from the `reward.*` section.
 
-    reward.workers = 0 scores in the driver's process, one completion after
-    another, with a soft `reward.timeout_s` (0: none). workers > 0 scores on a pool of
-    `reward.kind` workers: "thread" (timeouts abandon the call but cannot stop it) or "process"
-    (forked workers: a call past `timeout_s` is killed, so a hanging reward function cannot
-    stall training; the reward function must not use JAX). Either way a failed call scores 0
-    and is counted in `reward/failures_*`.
+    reward.kind = "process" (the default) or "thread" scores on the process's shared pool of
+    `reward.workers` persistent workers (`rljax.rewards.pool`): a process call past
+    `reward.timeout_s` (0: none) is killed and an exit or crash is contained; a thread call
+    past it is abandoned. "inline" scores in the driver's process, one completion after
+    another, with a soft timeout. Either way a failed call, or a reward beyond
+    +-`reward.max_abs`, scores 0 and is counted in `reward/failures_*`.
     """
     section = config.reward
-    workers, timeout_s = section.workers, section.timeout_s or None
-    if workers < 0:
-        raise ValueError(f"reward.workers={workers} must be >= 0 (0 scores in-process)")
+    kind, workers, timeout_s = section.kind, section.workers, section.timeout_s or None
     if timeout_s is not None and timeout_s < 0:
         raise ValueError(f"reward.timeout_s={timeout_s} must be >= 0 (0: no limit)")
-    if workers == 0:
-        return functools.partial(score_completions, timeout_s=timeout_s)
-    kind = section.kind
-    if kind not in ("thread", "process"):
-        raise ValueError(f'reward.kind={kind!r} is unknown; use "thread" or "process"')
+    if kind == "inline":
+        return functools.partial(score_completions, timeout_s=timeout_s, max_abs=section.max_abs)
+    if kind not in POOL_KINDS:
+        raise ValueError(f'reward.kind={kind!r} is unknown; use "process", "thread" or "inline"')
+    if workers < 1:
+        raise ValueError(
+            f"reward.kind={kind!r} needs reward.workers >= 1; use reward.kind='inline' to "
+            "score in-process"
+        )
     return functools.partial(
-        score_completions_parallel, timeout_s=timeout_s, max_workers=workers, kind=kind
+        score_on_shared_pool,
+        kind=kind,
+        workers=workers,
+        timeout_s=timeout_s,
+        max_abs=section.max_abs,
     )
 
 

@@ -38,7 +38,7 @@ from rljax.train.builders import (
 )
 from rljax.train.checkpoint import Checkpointer
 from rljax.train.prompts import Prompts
-from rljax.train.scoring import Scorer, decode_completions, score_rollout
+from rljax.train.scoring import Scorer, decode_completions, eval_metrics, score_rollout
 
 
 def pass_at_k(correct: np.ndarray, n: int, k: int) -> np.ndarray:
@@ -198,9 +198,10 @@ def greedy_eval(
 
     The evaluation a training run logs every `train.eval_every` steps, on the same path as
     `sample_eval`'s greedy pass: batches of `train.prompts_per_step` problems, each answer
-    scored by `task.reward` through the run's scorer (`reward.*`), so a reward function that
-    raises or hangs (with `reward.kind="process"` and a timeout) scores 0 instead of stopping
-    the run. `mesh`: see `decode_and_score`.
+    scored by `task.reward` through the run's contained scorer (`reward.*`, the pool training
+    uses), so a reward function that raises, exits, returns garbage or hangs scores 0 and is
+    counted in `eval/reward_failures_*` instead of stopping the run. `mesh`: see
+    `decode_and_score`.
     """
     size, tokenizer = config.task.eval_size, prompts.tokenizer
     dataset = prompts.dataset(
@@ -215,14 +216,14 @@ def greedy_eval(
         pad_id=tokenizer.pad_id,
     )
     scorer, greedy, key = build_scorer(config), SamplingParams(greedy=True), jax.random.PRNGKey(0)
-    rewards = []
+    rewards, failures = [], collections.Counter()
     for batch, real in eval_batches(dataset, size, min(size, config.train.prompts_per_step)):
         scored = decode_and_score(
             decode, batch, real, 1, greedy, key, task, tokenizer, scorer, mesh
         )
         rewards.append(scored.rewards[:, 0])
-    rewards = np.concatenate(rewards).astype(np.float32)
-    return {"eval/accuracy": float((rewards >= 1.0).mean()), "eval/reward": float(rewards.mean())}
+        failures.update(scored.failures)
+    return eval_metrics(np.concatenate(rewards), failures)
 
 
 def sample_eval(

@@ -30,6 +30,7 @@ from rljax.metrics.writers import MetricsWriter, SamplesWriter, to_scalars
 from rljax.models.tokenizer import Tokenizer
 from rljax.parallel.distributed import allgather, to_global
 from rljax.parallel.rules import DEFAULT_RULES, mesh_shardings, shard_params
+from rljax.rewards.pool import close_shared_pools
 from rljax.train.builders import build_mesh, build_optimizer, build_task
 from rljax.train.checkpoint import Checkpointer
 from rljax.train.collection import check_multi_process
@@ -72,6 +73,7 @@ def _train(
     run_dir = os.path.abspath(config.run_dir)
     run = opened.enter_context(RunDir(run_dir, config))  # one writer; before anything is built
     stop = opened.enter_context(StopSignals())  # SIGINT/SIGTERM: save this step, then stop
+    opened.callback(close_shared_pools)  # the reward workers (`reward.kind`) end with the run
     enable_compilation_cache(t.compilation_cache)
     mesh = build_mesh(config)  # its fit to the devices and batch sizes: validate_config
     multi = jax.process_count() > 1
@@ -213,8 +215,8 @@ def _train(
                 metrics["time/checkpoint_s"] = time.perf_counter() - start_save
             log(done, metrics)
             shown = {k: records[-1][k] for k in ("reward/mean", "entropy") if k in records[-1]}
-            shown.update(last_eval)
-            bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if k != "eval/reward"})
+            shown.update({k: v for k, v in last_eval.items() if k == "eval/accuracy"})
+            bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()})
             if saving:
                 maybe_kill(done, "checkpoint")  # crash-safety tests: mid-write ...
                 maybe_kill(done, "saved", checkpointer.wait)  # ... or once it is on disk

@@ -1,8 +1,8 @@
 """Scoring sampled completions on the host: decode, run the task's reward (contained), count.
 
 Every collector and the evaluator score through these functions, so a reward function that
-raises, hangs (with a process pool) or returns garbage scores 0 and is counted in
-`reward/failures_*` wherever it runs.
+raises, exits, hangs (on a process pool, the default) or returns garbage scores 0 and is
+counted in `reward/failures_*` (`eval/reward_failures_*` in evaluation) wherever it runs.
 """
 
 from __future__ import annotations
@@ -16,11 +16,33 @@ from rljax.data import decode_answers, decode_prompts
 from rljax.data.tasks import Task
 from rljax.models.tokenizer import Tokenizer, char_spans
 from rljax.rewards import score_completions
-from rljax.rewards.base import Outcome, check_value, tally_outcomes
+from rljax.rewards.base import Outcome, check_value, failed_call, tally_outcomes
 
 # (reward_fn, prompts, completions, answers) -> (rewards [B], failure counts): how rewards are
-# computed, `score_completions` (in-process) or a partial of `score_completions_parallel`.
+# computed, `score_completions` (in-process) or `score_on_shared_pool` (`build_scorer`).
 Scorer = Callable[..., tuple[np.ndarray, dict[str, int]]]
+
+
+class TaskReward:
+    """`task.reward(completion, answer)` as a `RewardFn` a process pool can send its workers:
+    it pickles with its task, and equals (hashes as) another of the same task object, so a
+    pool pickles it once per run and sends it once per worker."""
+
+    def __init__(self, task: Task):
+        self.task = task
+
+    def __call__(self, prompt: str, completion: str, answer: str) -> float:
+        del prompt  # a task scores the completion against the answer
+        return self.task.reward(completion, answer)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TaskReward) and other.task is self.task
+
+    def __hash__(self) -> int:
+        return id(self.task)
+
+    def __repr__(self) -> str:
+        return f"the reward of task {type(self.task).__name__}"
 
 
 def decode_completions(tokenizer: Tokenizer, tokens: np.ndarray, mask: np.ndarray) -> list[str]:
@@ -55,7 +77,7 @@ def score_rollout(
         return score_groups(task.group_rewards, texts, decode_answers(prompts), repeats)
     repeat = lambda xs: [x for x in xs for _ in range(repeats)]
     return scorer(
-        lambda p, c, a: task.reward(c, a),
+        TaskReward(task),
         repeat(decode_prompts(prompts, tokenizer)),
         texts,
         repeat(decode_answers(prompts)),
@@ -74,8 +96,9 @@ def score_groups(
     for i, answer in enumerate(answers):
         try:
             values = list(group_rewards(texts[i * g : (i + 1) * g], answer))
-        except Exception as err:  # contained by design, like score_completions
-            outcomes += [(0.0, "exception", f"prompt {i}: {err!r}")] * g
+        except (Exception, SystemExit) as err:  # contained, like score_completions
+            reward, kind, detail = failed_call(err)
+            outcomes += [(reward, kind, f"prompt {i}: {detail}")] * g
             continue
         if len(values) != g:
             outcomes += [(0.0, "wrong_type", f"prompt {i}: {len(values)} rewards, not {g}")] * g
@@ -109,8 +132,8 @@ def score_rollout_tokens(
             total, values = task.token_rewards(
                 tokenizer.decode(ids), answer, char_spans(tokenizer, ids)
             )
-        except Exception as err:  # contained by design, like score_completions
-            outcomes.append((0.0, "exception", repr(err)))
+        except (Exception, SystemExit) as err:  # contained, like score_completions
+            outcomes.append(failed_call(err))
             continue
         values = np.asarray(values, np.float32)
         outcome = check_value(total)
@@ -144,3 +167,15 @@ def rollout_metrics(rewards: np.ndarray, completion_mask: np.ndarray) -> dict[st
         "response_length/max": float(lengths.max()),
         "response_length/clip_frac": float((lengths == completion_mask.shape[1]).mean()),
     }
+
+
+def eval_metrics(rewards: np.ndarray, failures: dict[str, int]) -> dict[str, float]:
+    """A greedy evaluation's metrics: accuracy (reward >= 1) and mean reward of its [P]
+    rewards, and its reward failures by kind as `eval/reward_failures_<kind>`."""
+    rewards = np.asarray(rewards, np.float32)
+    metrics = {
+        "eval/accuracy": float((rewards >= 1.0).mean()),
+        "eval/reward": float(rewards.mean()),
+    }
+    metrics.update({f"eval/reward_failures_{k}": float(v) for k, v in failures.items()})
+    return metrics

@@ -55,7 +55,7 @@ RECIPE_BEFORE = {
         cuts_fraction=0.5,
     ),
     "rollout_correction": dict(name="none"),
-    "reward": dict(workers=0, kind="thread", timeout_s=0.0, token_level=False),
+    "reward": dict(workers=2, kind="process", timeout_s=60.0, max_abs=1e6, token_level=False),
     "prompt_selection": dict(
         name="none",
         pool_size=0,
@@ -216,8 +216,19 @@ def test_validate_config_returns_ints_of_float_keys_as_floats():
 @pytest.mark.parametrize(
     "key,value,expected",
     [
-        ("reward.workers", -1, "reward.workers=-1 must be >= 0 (0 scores in-process)"),
-        ("reward.kind", "fiber", "reward.kind='fiber' is unknown; use 'thread' or 'process'"),
+        ("reward.workers", -1, "reward.workers=-1 must be >= 0 (0 only with reward.kind='inline')"),
+        (
+            "reward.kind",
+            "fiber",
+            "reward.kind='fiber' is unknown; use one of ['process', 'thread', 'inline']",
+        ),
+        (
+            "reward.workers",
+            0,
+            "reward.kind='process' needs reward.workers >= 1; use reward.kind='inline' to "
+            "score in-process",
+        ),
+        ("reward.max_abs", 0.0, "reward.max_abs=0.0 must be > 0"),
         ("replay.name", "per", "replay.name='per' is unknown; use 'none' or 'fresh_per'"),
         ("train.pack_ratio", -0.5, "train.pack_ratio=-0.5 must be in [0, 1] (0: off)"),
         ("rollout.top_p", 0.0, "rollout.top_p=0.0 must be in (0, 1] (1 disables it)"),
@@ -230,3 +241,12 @@ def test_the_schemas_ranges_and_choices_are_checked(key, value, expected):
     with pytest.raises(ValueError) as info:
         validate_config(config)
     assert str(info.value) == expected
+
+
+def test_inline_rewards_need_no_workers():
+    config = get_config()
+    config.reward.update(kind="inline", workers=0)
+    assert validate_config(config).reward.workers == 0
+    config.reward.kind = "thread"
+    with pytest.raises(ValueError, match=r"^reward.kind='thread' needs reward.workers >= 1"):
+        validate_config(config)

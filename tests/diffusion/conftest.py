@@ -19,6 +19,7 @@ def tiny_config(**algorithm):
     config.task.eval_size = 4
     config.train.update(prompts_per_step=8, learning_rate=1e-2, epochs=2)
     config.sft.steps = 0
+    config.reward.kind = "inline"  # AlternatingTask counts its calls: state of this process
     config.algorithm.update(algorithm)
     return config
 

@@ -1,6 +1,7 @@
 """score_completions: valid rewards pass through; failures score 0, are counted and logged."""
 
 import logging
+import sys
 import time
 
 import numpy as np
@@ -42,7 +43,9 @@ def test_failures_score_zero_counted_by_kind(caplog):
     with caplog.at_level(logging.WARNING, logger="rljax.rewards.base"):
         rewards, failures = score_completions(_flaky, [""] * 9, completions, [""] * 9)
     np.testing.assert_array_equal(rewards, [1.0, 0, 0, 0, 0, 0, 1.0, 0, 2.0])
-    assert failures == {"exception": 2, "wrong_type": 2, "non_finite": 2, "timeout": 0}
+    assert failures == dict(
+        dict.fromkeys(FAILURE_KINDS, 0), exception=2, wrong_type=2, non_finite=2
+    )
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 3  # one warning per kind, not per sample
     assert any(
@@ -51,6 +54,23 @@ def test_failures_score_zero_counted_by_kind(caplog):
     )
     assert any("non-number on 2 of 9" in m and "NoneType" in m for m in messages)
     assert any("non-finite number on 2 of 9" in m and "nan" in m for m in messages)
+
+
+def test_sys_exit_is_caught_and_absurd_rewards_are_out_of_range(caplog):
+    def hostile(prompt, completion, answer):
+        if completion == "exit":
+            sys.exit(3)
+        return {"huge": 1e39, "int": 10**400, "big": -2e6, "edge": 1e6}.get(completion, 1.0)
+
+    completions = ["exit", "huge", "int", "big", "edge", "ok"]
+    with caplog.at_level(logging.WARNING, logger="rljax.rewards.base"):
+        rewards, failures = score_completions(hostile, [""] * 6, completions, [""] * 6, max_abs=1e6)
+    np.testing.assert_array_equal(rewards, [0, 0, 0, 0, 1e6, 1])
+    assert failures == dict(dict.fromkeys(FAILURE_KINDS, 0), exit=1, out_of_range=3)
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "called sys.exit(3)" in messages and "1e+39 > max_abs=1e+06" in messages
+    # Without a bound of its own, 1e39 still fails: it overflows the float32 rewards.
+    assert score_completions(hostile, [""], ["huge"], [""])[1]["out_of_range"] == 1
 
 
 def test_soft_timeout_discards_slow_calls():

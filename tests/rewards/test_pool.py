@@ -33,7 +33,9 @@ def test_order_and_failures(kind):
     )
     assert rewards.dtype == np.float32
     np.testing.assert_array_equal(rewards, [1, 0, 3, 0, 0, 2, 4, 0])
-    assert failures == {"exception": 2, "wrong_type": 1, "non_finite": 1, "timeout": 0}
+    assert failures == dict(
+        dict.fromkeys(FAILURE_KINDS, 0), exception=2, wrong_type=1, non_finite=1
+    )
 
 
 @pytest.mark.parametrize("kind", ["thread", "process"])
@@ -58,7 +60,7 @@ def test_dead_worker_process_is_replaced():
         _reward, [""] * 3, ["ab", "exit", "abc"], [""] * 3, max_workers=1, kind="process"
     )
     np.testing.assert_array_equal(rewards, [2, 0, 3])
-    assert failures["exception"] == 1
+    assert failures["exit"] == 1
 
 
 def _batch_reward(prompts, completions, answers):
@@ -84,7 +86,7 @@ def test_batched(kind):
     )
     # chunks: [a, none] [abc, ab] [raise, x] -> all 0, [short, abcd] -> wrong length, all 0
     np.testing.assert_array_equal(rewards, [1, 0, 3, 2, 0, 0, 0, 0])
-    assert failures == {"exception": 2, "wrong_type": 3, "non_finite": 0, "timeout": 0}
+    assert failures == dict(dict.fromkeys(FAILURE_KINDS, 0), exception=2, wrong_type=3)
 
 
 def test_batched_one_call_and_timeout():
@@ -108,7 +110,7 @@ def test_bad_arguments_raise():
         score_completions_parallel(_reward, ["", ""], [""], ["", ""])
     with pytest.raises(ValueError, match="kind='gpu'"):
         score_completions_parallel(_reward, [""], [""], [""], kind="gpu")
-    with pytest.raises(ValueError, match="max_workers=0"):
+    with pytest.raises(ValueError, match="workers=0 must be >= 1"):
         score_completions_parallel(_reward, [""], [""], [""], max_workers=0)
     with pytest.raises(ValueError, match="timeout_s=-1"):
         score_completions_parallel(_reward, [""], [""], [""], timeout_s=-1)

@@ -62,6 +62,7 @@ def test_judge_failures_score_zero_and_are_counted(caplog):
         "wrong_type": 2,
         "non_finite": 2,
         "timeout": 0,
+        "exit": 0,
         "out_of_range": 2,
     }
     assert len(caplog.records) == 4  # one warning per kind

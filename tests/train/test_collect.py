@@ -9,6 +9,7 @@ import pytest
 from configs.grpo_addition import get_config
 from rljax.models.tokenizer import ByteTokenizer
 from rljax.rewards import score_completions
+from rljax.rewards.pool import close_shared_pools
 from rljax.rollout.sampler import Rollout
 from rljax.train.builders import build_scorer
 from rljax.train.collector import GroupCollector
@@ -166,25 +167,28 @@ def test_negative_rounds_rejected():
         collect_batch(None, iter([]), EchoTask(), TOKENIZER, G, max_refill_rounds=-1)
 
 
+class Hangs(EchoTask):
+    """Hangs on every second sample (a module-level class: process workers unpickle it)."""
+
+    def reward(self, completion: str, answer: str) -> float:
+        if completion == "b":
+            time.sleep(60)
+        return super().reward(completion, answer)
+
+
 def test_scorer_from_config_runs_the_reward_on_a_pool_with_a_hard_timeout():
     config = get_config()
     config.reward.update(workers=2, kind="process", timeout_s=3.0)  # far below the 60 s hang
     scorer = build_scorer(config)
     batches = [[0, 1, 2]]
     bind, _ = fake_rollout(lambda i, j, a: j == 0)
-
-    class Hangs(EchoTask):
-        def reward(self, completion: str, answer: str) -> float:
-            if completion == "b":  # every second sample
-                time.sleep(60)
-            return super().reward(completion, answer)
-
     start = time.perf_counter()
     data = iter(prompts(b) for b in batches)
     batch, metrics = collect_batch(bind(batches[0]), data, Hangs(), TOKENIZER, G, scorer=scorer)
     assert time.perf_counter() - start < 45  # the hanging calls sleep 60 s
     np.testing.assert_array_equal(batch.rewards, [1, 0, 1, 0, 1, 0])
     assert metrics["reward/failures_timeout"] == 3
+    close_shared_pools()
 
 
 def test_cuts_rows_train_on_the_policy_logprobs():
