@@ -82,7 +82,7 @@ def _train(
 
     run_dir = os.path.abspath(config.run_dir)
     checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), t.max_checkpoints)
-    opened.callback(checkpointer.close)
+    opened.enter_context(checkpointer)  # on an error, closed without masking it
     start = checkpointer.latest_step()
     # Logs continue from the checkpoint; what a crashed run logged after it is dropped.
     writer = MetricsWriter(run_dir, resume_step=start) if lead else None
@@ -147,7 +147,7 @@ def _train(
         add_time(phases, "time/update_s", seconds)
         maybe_kill(done, "update", checkpointer.wait)
         metrics = {**prepare_metrics, **update_metrics}
-        names = functools.partial(tensor_names, batch, state.params, state.critic)
+        names = functools.partial(tensor_names, batch, state)
         skipped = guard.check(done, metrics, names)
         if skipped == 1.0:  # no update at all: the transforms' statistics stay as they were
             state = state.replace(transform_state=transform_state)
