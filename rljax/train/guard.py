@@ -103,6 +103,22 @@ def tensor_names(batch: Any, state: Any) -> list[str]:
     return input_names(batch, state.params, state.critic) + [name for name, _ in updated]
 
 
+def check_warm_start(params: Any) -> None:
+    """Stops a run whose SFT warm start left a non-finite parameter: every RL update would be
+    skipped, and a checkpoint would save it.
+
+    Raises:
+      FloatingPointError: naming the first non-finite parameter.
+    """
+    tensors = _floating((("params", params),))
+    index = int(first_nonfinite(tensors)) if tensors else -1
+    if index >= 0:
+        raise FloatingPointError(
+            f"the SFT warm start made {tensors[index][0]} non-finite; lower sft.learning_rate "
+            "(or set sft.steps=0)"
+        )
+
+
 def first_nonfinite(tensors: Sequence[tuple[str, jax.Array]]) -> jax.Array:
     """Index of the first tensor holding a NaN or infinity, or -1 (int32 scalar, jittable)."""
     bad = jnp.stack([~jnp.isfinite(x).all() for _, x in tensors])

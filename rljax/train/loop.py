@@ -36,7 +36,7 @@ from rljax.train.collection import check_multi_process
 from rljax.train.collector import Collector
 from rljax.train.compile_cache import enable_compilation_cache
 from rljax.train.faults import maybe_kill
-from rljax.train.guard import SkipGuard, tensor_names
+from rljax.train.guard import SkipGuard, check_warm_start, tensor_names
 from rljax.train.host_batch import HostBatch
 from rljax.train.kinds import policy_kind
 from rljax.train.prompts import Prompts, train_prompts
@@ -108,6 +108,7 @@ def _train(
     if start is None:
         if config.sft.steps > 0:
             params = kind.warm_start(graphdef, params, task, prompts, config, log, mesh)
+            check_warm_start(params)
         state, critic_graphdef = kind.build_train_state(
             config, model_config, params, algorithm, optimizer
         )

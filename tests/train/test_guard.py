@@ -1,6 +1,7 @@
 """The numerical guard: non-finite updates are skipped, counted, named, and stop the run."""
 
 import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -254,3 +255,16 @@ def test_overflowing_updates_are_rolled_back_never_saved_and_stop_the_run(tmp_pa
     saved = ocp.StandardCheckpointer().restore(tmp_path / "run" / "checkpoints" / "1" / "state")
     floats = [np.asarray(x) for x in jax.tree.leaves(saved) if np.issubdtype(x.dtype, np.floating)]
     assert len(floats) > 10 and all(np.isfinite(x).all() for x in floats)
+
+
+def test_a_warm_start_that_leaves_non_finite_parameters_stops_the_run(tmp_path):
+    """SFT has no guard of its own: its NaN parameters would make every RL step skip and a
+    checkpoint save them; the driver stops before RL, naming the first one."""
+    config = tiny_run(tmp_path)
+    config.sft.update(steps=3, batch_size=8, learning_rate=1e30)
+    with pytest.raises(
+        FloatingPointError,
+        match=r"^the SFT warm start made params\['\w+'\]\S* non-finite; lower sft\.learning_rate",
+    ):
+        loop.train(config)
+    assert not os.path.exists(tmp_path / "run" / "checkpoints" / "1")
