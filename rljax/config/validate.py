@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
+import numpy as np
 from ml_collections import ConfigDict
 
 from rljax.config.memory import check_fits
@@ -101,6 +102,7 @@ def validate_config(config: ConfigDict) -> ConfigDict:
     """
     _check_keys_and_types(config)
     config = _complete(config)
+    _check_finite(config)
     _check_ranges(config)
     _check_batch_splits(config, jax.device_count())
     _check_model(config)
@@ -334,6 +336,26 @@ def _check_type(key: str, value: Any, kinds: tuple[type, ...] | None) -> None:
 
 
 # --- value ranges --------------------------------------------------------------------------
+
+# The largest float32: a float setting beyond it is inf on the device (the training dtype).
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _check_finite(value: Any, key: str = "") -> None:
+    """Every float of the completed config (schema keys, the open sections' settings, items of
+    tuples) is a number float32 holds: an inf, a nan or a 1e39 learning rate, KL coefficient
+    or clip range would turn the first update's parameters into NaNs."""
+    if isinstance(value, float) and not abs(value) <= _FLOAT32_MAX:  # False for nan too
+        raise ValueError(
+            f"{key}={value} must be a finite number within float32's range (|x| <= 3.4e38; "
+            "the training dtype)"
+        )
+    if isinstance(value, (ConfigDict, Mapping)):
+        for name, item in value.items():
+            _check_finite(item, f"{key}.{name}" if key else name)
+    elif isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            _check_finite(item, f"{key}[{i}]")
 
 
 def _check_ranges(config: ConfigDict) -> None:

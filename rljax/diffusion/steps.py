@@ -320,9 +320,9 @@ def make_diffusion_steps(
             sub = _take(batch, step_ids)
             grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
             (loss, metrics), grads = grad_fn(params, sub, key, i // cfg.minibatches)
-            finite = all_finite((loss, grads))
             updates, new_opt_state = optimizer.update(grads, opt_state, params)
             new = (optax.apply_updates(params, updates), new_opt_state)
+            finite = all_finite((loss, grads, new))  # the step it makes too (rljax.train.guard)
             carry = jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, carry)
             metrics = {**metrics, "loss": loss, "grad_norm": optax.tree.norm(grads)}
             return carry, (metrics, ~finite)

@@ -307,4 +307,24 @@ class Checkpointer:
         self._manager.wait_until_finished()
 
     def close(self) -> None:
+        """Waits for the write in flight, then releases orbax's threads."""
         self._manager.close()
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb) -> None:
+        """Closes; while an error is propagating, a failure to close is logged, not raised, so
+        that it cannot mask the error that stopped the run. Closing before the interpreter
+        exits also lets the write in flight commit: left to interpreter shutdown, orbax's commit
+        thread fails ("cannot schedule new futures after shutdown") and prints its traceback
+        after the run's error."""
+        if error is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception as close_error:  # logged: the run's own error follows
+            logging.warning(
+                "closing the checkpointer of %s failed: %s", self.directory, close_error
+            )

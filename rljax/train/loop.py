@@ -38,7 +38,7 @@ from rljax.train.collector import Collector
 from rljax.train.compile_cache import enable_compilation_cache
 from rljax.train.disk import DiskFullErrors
 from rljax.train.faults import maybe_kill
-from rljax.train.guard import SkipGuard, tensor_names
+from rljax.train.guard import SkipGuard, check_warm_start, tensor_names
 from rljax.train.host_batch import HostBatch
 from rljax.train.kinds import policy_kind
 from rljax.train.prompts import Prompts, train_prompts
@@ -95,7 +95,7 @@ def _train(
         t.max_checkpoints,
         allow_unverified=t.allow_unverified_checkpoint,
     )
-    opened.callback(checkpointer.close)
+    opened.enter_context(checkpointer)  # on an error, closed without masking it
     disk.latest_step = checkpointer.latest_step
     start = checkpointer.latest_step()
     run.begin(start)  # a resumed run's config against the stored one; config.json, configs.jsonl
@@ -120,6 +120,7 @@ def _train(
     if start is None:
         if config.sft.steps > 0:
             params = kind.warm_start(graphdef, params, task, prompts, config, log, mesh)
+            check_warm_start(params)
         state, critic_graphdef = kind.build_train_state(
             config, model_config, params, algorithm, optimizer
         )
@@ -159,7 +160,7 @@ def _train(
         add_time(phases, "time/update_s", seconds)
         maybe_kill(done, "update", checkpointer.wait)
         metrics = {**prepare_metrics, **update_metrics}
-        names = functools.partial(tensor_names, batch, state.params, state.critic)
+        names = functools.partial(tensor_names, batch, state)
         skipped = guard.check(done, metrics, names)
         if skipped == 1.0:  # no update at all: the transforms' statistics stay as they were
             state = state.replace(transform_state=transform_state)

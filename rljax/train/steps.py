@@ -44,7 +44,13 @@ from rljax.quant.rollout import RolloutWeights, rollout_error_metrics, rollout_w
 from rljax.rollout.sampler import Rollout, generate
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.critic import critic_values
-from rljax.train.guard import all_finite, first_nonfinite, named_tensors
+from rljax.train.guard import (
+    all_finite,
+    first_nonfinite,
+    input_names,
+    named_tensors,
+    update_tensors,
+)
 from rljax.train.logprobs import PolicyStates, policy_states, token_stats
 from rljax.train.old_policy import OLD_LOGPROBS_MODES, PREPARE, UPDATE, old_policy_plan
 from rljax.train.packing import pack_plan
@@ -358,6 +364,7 @@ def make_steps(
         order = order.reshape(cfg.epochs * cfg.minibatches, cfg.microbatches, rows // per_step)
 
         has_reference = state.ref_params is not None
+        n_inputs = len(input_names(batch, state.params, state.critic))  # update.* come after
 
         def microbatch(carry, ids):
             trainable, grads, loss, weight, first_bad = carry
@@ -391,9 +398,9 @@ def make_steps(
                 metrics, policy = metrics
             scale = jnp.where(weight > 0, 1.0 / jnp.maximum(weight, 1e-30), 0.0)
             grads = jax.tree.map(lambda g: g * scale, grads)
-            # The guard: a non-finite loss or gradient leaves params and optimizer state as
-            # they were (rljax.train.guard).
-            finite = all_finite((loss, grads))
+            # The guard (rljax.train.guard): a non-finite loss or gradient, or a non-finite
+            # step made of finite ones, leaves params and optimizer state as they were.
+            inputs_ok = all_finite((loss, grads))
             before = ((params, critic), (opt_state, critic_opt_state))
             grads, critic_grads = grads
             updates, opt_state = optimizer.update(grads, opt_state, params)
@@ -405,17 +412,25 @@ def make_steps(
                 critic = optax.apply_updates(critic, updates)
                 metrics["value/grad_norm"] = optax.tree.norm(critic_grads)
             after = ((params, critic), (opt_state, critic_opt_state))
-            carry = jax.tree.map(lambda a, b: jnp.where(finite, a, b), after, before)
+            update_ok = all_finite(after)
+            rejected = inputs_ok & ~update_ok  # named after the inputs (`update_tensors`)
+            first_bad = jax.lax.cond(
+                rejected,
+                lambda: first_nonfinite(update_tensors(*after)) + n_inputs,
+                lambda: first_bad,
+            )
+            commit = inputs_ok & update_ok
+            carry = jax.tree.map(lambda a, b: jnp.where(commit, a, b), after, before)
             if plan.prepare_pass:
-                return carry, (metrics, ~finite, first_bad)
-            return carry, (metrics, ~finite, first_bad, policy)
+                return carry, (metrics, ~commit, rejected, first_bad)
+            return carry, (metrics, ~commit, rejected, first_bad, policy)
 
         trainable = (state.params, state.critic)
         opt_states = (state.opt_state, state.critic_opt_state)
         ((params, critic), (opt_state, critic_opt_state)), outs = jax.lax.scan(
             minibatch, (trainable, opt_states), order
         )
-        metrics, skipped, first_bad = outs[:3]
+        metrics, skipped, rejected, first_bad = outs[:4]
         metrics = jax.tree.map(jnp.mean, metrics)
         if not plan.prepare_pass:
             # The pre-update metrics that prepare did not measure, from the first epoch's
@@ -424,11 +439,13 @@ def make_steps(
                 x = x[: cfg.minibatches].reshape((rows, *x.shape[3:]))
                 return jnp.zeros_like(x).at[order[: cfg.minibatches].reshape(rows)].set(x)
 
-            policy = jax.tree.map(first_epoch, outs[3])
+            policy = jax.tree.map(first_epoch, outs[4])
             ref = batch.ref_logprobs if has_reference else policy["logprobs"]
             metrics.update(policy_metrics(batch, policy["logprobs"], policy["entropy"], ref))
         # The share of optimizer steps skipped, and the first skipped one's culprit.
         metrics["guard/skipped"] = skipped.mean(dtype=jnp.float32)
+        # ... of which rolled back for a non-finite result of finite gradients
+        metrics["guard/update_nonfinite"] = rejected.mean(dtype=jnp.float32)
         metrics["guard/first_nonfinite"] = jnp.where(
             skipped.any(), first_bad[jnp.argmax(skipped)], -1
         )

@@ -302,6 +302,25 @@ def test_an_empty_run_dir_is_refused(run_dir):  # it would write into the curren
     assert message.startswith(f"run_dir={run_dir!r} is empty; set --config.run_dir")
 
 
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("train.learning_rate", float("inf")),  # passed: the first update made NaN parameters
+        ("train.learning_rate", 1e39),  # finite in Python, inf in float32 on the device
+        ("train.weight_decay", float("inf")),
+        ("train.max_grad_norm", float("inf")),
+        ("algorithm.kl_coef", float("nan")),  # the open sections' settings too
+        ("algorithm.clip_eps", float("inf")),
+        ("algorithm.entropy_coef", float("-inf")),
+    ],
+)
+def test_a_non_finite_float_is_named(key, value):
+    assert error_of(with_value(get_config(), key, value)) == (
+        f"{key}={value} must be a finite number within float32's range (|x| <= 3.4e38; the "
+        "training dtype)"
+    )
+
+
 def test_a_group_size_that_does_not_split_into_minibatches_is_named(monkeypatch):
     monkeypatch.setattr(jax, "device_count", lambda: 1)  # tests/conftest.py fakes 8
     config = get_config()

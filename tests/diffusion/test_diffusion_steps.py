@@ -113,8 +113,9 @@ def test_rldf_loss_wiring(run):
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
-def _steps_and_state(run, name, **settings):
+def _steps_and_state(run, name, train=None, **settings):
     config = tiny_config(name=name, **settings)
+    config.train.update(train or {})
     algorithm = build_diffusion_algorithm(config)
     optimizer = build_optimizer(config.train)
     rollout_config = build_diffusion_rollout_config(config, run.tokenizer)
@@ -170,6 +171,22 @@ def test_update_moves_params_and_is_deterministic(run, name):
     assert np.isfinite(m1["loss"]) and m1["grad_norm"] > 0 and m1["guard/skipped"] == 0
     assert int(s1.step) == 1 and _changed(state.params, s1.params)
     assert m1 == m2 and not _changed(s1.params, s2.params)
+
+
+def test_an_update_that_overflows_is_rolled_back(run):
+    """The guard checks the step an update makes, not only its loss and gradients: learning
+    rate x weight decay overflows float32, so params and optimizer state stay as they were."""
+    overflow = {"learning_rate": 1e30, "weight_decay": 1e30, "warmup_steps": 0}
+    steps, state, _ = _steps_and_state(run, "diffu_grpo", train=overflow)
+    _, batch = _scored_batch(run, steps, state)
+    before = jax.tree.map(np.asarray, (state.params, state.opt_state))
+    prepared_state, prepared, _ = steps.prepare(jax.tree.map(jnp.copy, state), batch)
+    new, metrics = steps.update(prepared_state, prepared)
+    assert np.isfinite(float(metrics["loss"])) and float(metrics["grad_norm"]) > 0
+    assert float(metrics["guard/skipped"]) == 1.0
+    after = jax.tree.map(np.asarray, (new.params, new.opt_state))
+    for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_logprobs_is_the_clean_prompt_one_pass_estimate(run):
