@@ -179,6 +179,23 @@ def outlier_fallback_mx(
     return jnp.where(mask, x, q)
 
 
+def check_aqn_schedule(
+    total_steps: int, sigma_start: float, sigma_end: float, num_stages: int
+) -> None:
+    """The checks of `aqn_sigma`'s schedule arguments alone (no JAX op: config validation
+    calls it and must not trace or compile anything).
+
+    Raises:
+      ValueError: total_steps < 1, num_stages < 2, or non-positive sigmas.
+    """
+    if not isinstance(num_stages, int) or num_stages < 2:
+        raise ValueError(f"num_stages={num_stages!r} must be an int >= 2")
+    if not isinstance(total_steps, int) or total_steps < 1:
+        raise ValueError(f"total_steps={total_steps!r} must be an int >= 1")
+    if not (sigma_start > 0 and sigma_end > 0):
+        raise ValueError(f"sigma_start={sigma_start} and sigma_end={sigma_end} must be > 0")
+
+
 def aqn_sigma(
     step,
     total_steps: int,
@@ -215,12 +232,7 @@ def aqn_sigma(
     Raises:
       ValueError: total_steps < 1, num_stages < 2, or non-positive sigmas.
     """
-    if not isinstance(num_stages, int) or num_stages < 2:
-        raise ValueError(f"num_stages={num_stages!r} must be an int >= 2")
-    if not isinstance(total_steps, int) or total_steps < 1:
-        raise ValueError(f"total_steps={total_steps!r} must be an int >= 1")
-    if not (sigma_start > 0 and sigma_end > 0):
-        raise ValueError(f"sigma_start={sigma_start} and sigma_end={sigma_end} must be > 0")
+    check_aqn_schedule(total_steps, sigma_start, sigma_end, num_stages)
     step = jnp.asarray(step, jnp.int32)
     i = jnp.clip((step * num_stages) // total_steps, 0, num_stages - 1)
     t = (i - 1).astype(jnp.float32) / max(num_stages - 2, 1)

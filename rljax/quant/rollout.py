@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from rljax.quant.corrections import (
     add_norm_noise,
     aqn_sigma,
+    check_aqn_schedule,
     macro_block_quantize_mx,
     outlier_fallback_mx,
     path_names,
@@ -88,9 +89,9 @@ class RolloutWeights:
             raise ValueError(f"rollout outlier_fraction={self.outlier_fraction} must be in [0, 1)")
         if self.aqn_sigma_start < 0:
             raise ValueError(f"rollout aqn_sigma_start={self.aqn_sigma_start} must be >= 0")
-        if self.aqn_sigma_start > 0:  # aqn_sigma checks the rest of the schedule
-            aqn_sigma(
-                0, self.total_steps, self.aqn_sigma_start, self.aqn_sigma_end, self.aqn_stages
+        if self.aqn_sigma_start > 0:
+            check_aqn_schedule(
+                self.total_steps, self.aqn_sigma_start, self.aqn_sigma_end, self.aqn_stages
             )
 
     def quantizer(self):
