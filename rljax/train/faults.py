@@ -1,4 +1,5 @@
-"""Fault injection for crash-safety tests: SIGKILL the trainer at a chosen step and phase.
+"""Fault injection for crash-safety tests: SIGKILL the trainer at a chosen step and phase, or
+poison chosen steps' batches with a NaN.
 
 `RLJAX_KILL_AT="STEP:PHASE"` in the environment kills the process with SIGKILL (no cleanup,
 no flush, as the OOM killer or a preempted node would) when the driver reaches that point:
@@ -11,7 +12,12 @@ no flush, as the OOM killer or a preempted node would) when the driver reaches t
 Except at `checkpoint`, the driver lets earlier checkpoint writes finish first (`settle`), so
 a test knows which checkpoints a resume can find.
 
-Unset, `maybe_kill` does nothing. Tests start the launcher with it; users never need it.
+`RLJAX_NAN_AT="STEP,STEP,..."` sets the first row's reward to NaN in the batches those steps
+learn from, after scoring (as a buggy collector or transform would): the update of such a step
+is non-finite and the numerical guard must roll it back (`rljax.train.guard`).
+
+Unset, `maybe_kill` and `maybe_poison` do nothing. Tests start the launcher with them; users
+never need them.
 """
 
 from __future__ import annotations
@@ -20,8 +26,13 @@ import os
 import signal
 from collections.abc import Callable
 
+import numpy as np
+
+from rljax.train.host_batch import HostBatch
+
 PHASES = ("rollout", "update", "checkpoint", "saved")
 ENV = "RLJAX_KILL_AT"
+NAN_ENV = "RLJAX_NAN_AT"
 
 
 def kill_target() -> tuple[int, str] | None:
@@ -45,3 +56,25 @@ def maybe_kill(step: int, phase: str, settle: Callable[[], None] | None = None) 
         if settle is not None:
             settle()
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def poisoned_steps() -> frozenset[int]:
+    """The steps named by RLJAX_NAN_AT (empty when unset).
+
+    Raises:
+      ValueError: the variable is set but is not a comma-separated list of steps.
+    """
+    spec = os.environ.get(NAN_ENV, "")
+    steps = [part.strip() for part in spec.split(",") if part.strip()]
+    if not all(part.isdigit() for part in steps):
+        raise ValueError(f"{NAN_ENV}={spec!r} must be comma-separated step numbers")
+    return frozenset(int(part) for part in steps)
+
+
+def maybe_poison(step: int, batch: HostBatch) -> HostBatch:
+    """`batch` with its first reward set to NaN if RLJAX_NAN_AT names `step`, else `batch`."""
+    if step not in poisoned_steps():
+        return batch
+    rewards = np.array(batch.rows["rewards"], copy=True)
+    rewards[0] = np.nan
+    return HostBatch({**batch.rows, "rewards": rewards}, batch.group_size)

@@ -37,7 +37,7 @@ from rljax.train.collection import check_multi_process
 from rljax.train.collector import Collector
 from rljax.train.compile_cache import enable_compilation_cache
 from rljax.train.disk import DiskFullErrors
-from rljax.train.faults import maybe_kill
+from rljax.train.faults import maybe_kill, maybe_poison
 from rljax.train.guard import SkipGuard, check_warm_start, tensor_names
 from rljax.train.host_batch import HostBatch
 from rljax.train.kinds import policy_kind
@@ -152,6 +152,7 @@ def _train(
 
     def learn(state: TrainState, host: HostBatch, phases: dict[str, float]):
         """One update on a host batch -> (state, metrics); its seconds added to `phases`."""
+        host = maybe_poison(done, host)  # crash-safety tests: a non-finite update at `done`
         batch = to_global(host.to_batch(), mesh, rows)  # this process's rows -> global batch
         transform_state = state.transform_state
         (state, batch, prepare_metrics), seconds = timed(steps.prepare, state, batch)

@@ -6,6 +6,11 @@ resumed each time until it finishes. Against one uninterrupted run of the same c
 must hold every step once with the same metrics, and every step's rollouts (prompt ids,
 completions, rewards) once and identical: no data, step or sample lost or repeated.
 
+Both runs also get NaN rewards injected at a few steps (RLJAX_NAN_AT): those updates are
+non-finite, and the guard must roll them back alike in both runs, so no checkpoint ever holds
+a NaN. And while the killed run is alive, a second run started on its run_dir (with another
+learning rate) must be refused by the lock, naming the holder, and change nothing.
+
   pytest -m slow tests/train/test_soak.py -s   # prints what each kill hit
 """
 
@@ -17,12 +22,16 @@ import subprocess
 import sys
 import time
 
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from rljax.train.faults import PHASES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS, EVERY, KILLS = 500, 20, 16
+POISONED = (7, 133, 260, 261, 499)  # steps whose batch gets a NaN reward (RLJAX_NAN_AT)
 FLAGS = [
     "--config.model.d_model=32",
     "--config.model.n_layers=1",
@@ -44,15 +53,16 @@ FLAGS = [
 ]
 
 
-def start(run_dir, kill_at=""):
+def start(run_dir, kill_at="", stderr_path=None, extra=()):
     """Launches the run in the background; its stderr goes to run_dir.stderr (a pipe left
     unread would fill up with progress bars and block the run)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["RLJAX_KILL_AT"] = kill_at
+    env["RLJAX_NAN_AT"] = ",".join(map(str, POISONED))
     command = [sys.executable, "-m", "launchers.train", "--config=configs/grpo_addition.py"]
-    with open(f"{run_dir}.stderr", "w") as stderr:
+    with open(stderr_path or f"{run_dir}.stderr", "w") as stderr:
         return subprocess.Popen(
-            [*command, f"--config.run_dir={run_dir}", *FLAGS],
+            [*command, f"--config.run_dir={run_dir}", *FLAGS, *extra],
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -70,6 +80,43 @@ def logged_steps(run_dir):
         return 0
     steps = [json.loads(line)["step"] for line in open(path) if line.endswith("}\n")]
     return max(steps, default=0)
+
+
+def lock_holder(run_dir):
+    """The pid written into run_dir's lock file, or None before the run has locked it."""
+    try:
+        return json.loads(open(os.path.join(run_dir, "rljax.lock")).read())["pid"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def intrude(run_dir, holder):
+    """Starts a second run (another learning rate) on `run_dir` while `holder` runs there; it
+    must stop at once with the lock's one line and touch none of the run's files."""
+    config = os.path.join(run_dir, "config.json")
+    while lock_holder(run_dir) != holder.pid or not os.path.exists(config):
+        assert holder.poll() is None, "the run ended before it locked its run_dir"
+        time.sleep(0.05)
+    stderr = f"{run_dir}.intruder.stderr"
+    intruder = start(run_dir, stderr_path=stderr, extra=["--config.train.learning_rate=5e-3"])
+    assert intruder.wait(timeout=120) == 1
+    lines = [line for line in open(stderr).read().splitlines() if line.strip()]
+    assert lines[-1].startswith(f"error: run_dir {run_dir} is in use by pid {holder.pid}"), lines
+    assert json.load(open(config))["train"]["learning_rate"] == 1e-3
+    assert holder.poll() is None  # the run goes on
+
+
+def checkpoints_are_finite(run_dir):
+    """Every float tensor of every checkpoint left in run_dir is finite."""
+    root = os.path.join(run_dir, "checkpoints")
+    steps = [name for name in os.listdir(root) if name.isdigit()]
+    assert steps
+    for step in steps:
+        state = ocp.StandardCheckpointer().restore(os.path.join(root, step, "state"))
+        floats = [
+            np.asarray(x) for x in jax.tree.leaves(state) if np.issubdtype(x.dtype, np.floating)
+        ]
+        assert floats and all(np.isfinite(x).all() for x in floats), step
 
 
 def jsonl(run_dir, name):
@@ -97,6 +144,8 @@ def test_random_kills_lose_and_repeat_nothing(tmp_path):
         else:  # a random moment: start-up takes ~8 s, 500 steps ~10 s on 2 cores
             target = None
             process = start(crashed)
+            if attempt == 0:  # a second writer while this one runs: refused, nothing changed
+                intrude(str(crashed), process)
             try:
                 process.wait(timeout=rng.uniform(4.0, 14.0))
             except subprocess.TimeoutExpired:
@@ -118,6 +167,11 @@ def test_random_kills_lose_and_repeat_nothing(tmp_path):
     strip = lambda r: {k: v for k, v in r.items() if not k.startswith("time/")}  # noqa: E731
     for x, y in zip(a, b):
         assert strip(x) == strip(y), x["step"]
+
+    skipped = {r["step"] for r in a if r.get("guard/skipped", 0.0) > 0}
+    assert skipped == set(POISONED)  # the injected non-finite updates, and only those
+    checkpoints_are_finite(straight)
+    checkpoints_are_finite(crashed)
 
     a, b = jsonl(straight, "samples.jsonl"), jsonl(crashed, "samples.jsonl")
     assert len(a) == STEPS * 4 and a == b  # every step's 4 groups: prompts, completions, rewards
