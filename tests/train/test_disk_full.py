@@ -10,11 +10,10 @@ import sys
 import threading
 
 import pytest
+from launching import ROOT, TINY_MODEL, launcher_env
 
 from rljax.metrics.writers import MetricsWriter
 from rljax.train.disk import DiskFull, DiskFullErrors
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _no_space(filename=None) -> OSError:
@@ -73,10 +72,7 @@ def test_a_run_on_a_tiny_tmpfs_stops_with_one_line_and_resumes(tmp_path):
         pytest.skip("cannot mount a tmpfs here (needs root)")
     try:
         run_dir = mount / "run"
-        # One CPU device, and no persistent compilation cache: other test processes evict its
-        # entries, and JAX then warns about a failed cache write that has nothing to do with this
-        hidden = ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")
-        env = {k: v for k, v in os.environ.items() if k not in hidden}
+        env = launcher_env(compile_cache=False)  # the test reads every line of the output
 
         def launch(steps: int):
             command = [
@@ -85,11 +81,7 @@ def test_a_run_on_a_tiny_tmpfs_stops_with_one_line_and_resumes(tmp_path):
                 "launchers.train",
                 "--config=configs/grpo_addition.py",
                 f"--config.run_dir={run_dir}",
-                "--config.model.d_model=32",
-                "--config.model.n_layers=1",
-                "--config.model.n_heads=2",
-                "--config.model.n_kv_heads=1",
-                "--config.model.d_ff=64",
+                *TINY_MODEL,
                 "--config.sft.steps=0",
                 "--config.train.prompts_per_step=4",
                 "--config.rollout.n_samples=4",

@@ -11,16 +11,11 @@ import subprocess
 import sys
 
 import pytest
+from launching import ROOT, TINY_MODEL, launcher_env
 
-CACHE = "JAX_COMPILATION_CACHE_DIR"
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # A tiny run whose learning rate x weight decay overflows float32: every update is rolled back.
 OVERFLOWING = [
-    "--config.model.d_model=16",
-    "--config.model.n_layers=1",
-    "--config.model.n_heads=2",
-    "--config.model.n_kv_heads=1",
-    "--config.model.d_ff=32",
+    *TINY_MODEL,
     "--config.sft.steps=0",
     "--config.task.eval_size=8",
     "--config.rollout.n_samples=2",
@@ -43,7 +38,7 @@ SKIP_WARNING = re.compile(r"^W\d{4} [\d:.]+ +\d+ guard\.py:\d+\] step \d+: updat
 def test_a_run_stopped_by_the_guard_prints_one_line(tmp_path):
     # One CPU device, and no persistent compilation cache: other test processes evict entries
     # of the shared one, and JAX warns about each entry it then fails to write.
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", CACHE)}
+    env = launcher_env(compile_cache=False)
     run = subprocess.run(
         [
             sys.executable,

@@ -12,14 +12,10 @@ import subprocess
 import sys
 
 import pytest
+from launching import ROOT, TINY_MODEL, launcher_env
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = [
-    "--config.model.d_model=32",
-    "--config.model.n_layers=1",
-    "--config.model.n_heads=2",
-    "--config.model.n_kv_heads=1",
-    "--config.model.d_ff=64",
+    *TINY_MODEL,
     "--config.sft.steps=30",
     "--config.sft.batch_size=16",
     "--config.train.prompts_per_step=4",
@@ -33,7 +29,7 @@ TINY = [
 
 
 def launch(run_dir, *extra, config="configs/grpo_addition.py", kill_at=""):
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device
+    env = launcher_env()  # one CPU device
     env["RLJAX_KILL_AT"] = kill_at
     return subprocess.run(
         [

@@ -10,13 +10,13 @@ import sys
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+from launching import ROOT, TINY_MODEL, launcher_env
 from ml_collections import ConfigDict
 
 from configs.grpo_addition import get_config
 from rljax.config import validate_config
 from rljax.train.run_dir import CONFIG, HISTORY, LOCK, RunDir
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # A process that holds the lock until its stdin closes (or it is killed).
 HOLD = (
     "import sys\n"
@@ -30,7 +30,7 @@ HOLD = (
 
 def holder(run_dir):
     """A second process holding `run_dir`'s lock (once this returns)."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = launcher_env()
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLD, str(run_dir)],
         cwd=ROOT,
@@ -193,7 +193,7 @@ def test_a_key_added_since_the_stored_config_counts_as_its_default(tmp_path):
 def test_the_launcher_refuses_a_locked_run_dir_in_one_line(tmp_path):
     proc = holder(tmp_path)
     try:
-        env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+        env = launcher_env()
         result = subprocess.run(
             [
                 sys.executable,
@@ -218,11 +218,7 @@ def test_the_launcher_refuses_a_locked_run_dir_in_one_line(tmp_path):
 
 
 TINY = [
-    "--config.model.d_model=32",
-    "--config.model.n_layers=1",
-    "--config.model.n_heads=2",
-    "--config.model.n_kv_heads=1",
-    "--config.model.d_ff=64",
+    *TINY_MODEL,
     "--config.sft.steps=30",
     "--config.sft.batch_size=16",
     "--config.train.prompts_per_step=4",
@@ -234,7 +230,7 @@ TINY = [
 
 
 def launch(run_dir, *flags, config="configs/grpo_addition.py"):
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device
+    env = launcher_env()  # one CPU device
     command = [sys.executable, "-m", "launchers.train", f"--config={config}"]
     command += [f"--config.run_dir={run_dir}", *TINY, *flags]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

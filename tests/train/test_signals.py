@@ -10,11 +10,10 @@ import sys
 import time
 
 import pytest
+from launching import ROOT, TINY_MODEL, launcher_env
 
 from rljax.train.checkpoint import Checkpointer
 from rljax.train.signals import Stopped, StopSignals
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_the_first_signal_is_recorded_and_the_old_handlers_come_back():
@@ -47,11 +46,7 @@ def test_stopped_says_what_to_do_and_exits_like_the_signal():
 
 
 TINY = [
-    "--config.model.d_model=32",
-    "--config.model.n_layers=1",
-    "--config.model.n_heads=2",
-    "--config.model.n_kv_heads=1",
-    "--config.model.d_ff=64",
+    *TINY_MODEL,
     "--config.sft.steps=0",
     "--config.train.prompts_per_step=4",
     "--config.rollout.n_samples=4",
@@ -85,7 +80,7 @@ def _logged_steps(run_dir) -> list[int]:
 @pytest.mark.slow
 def test_sigterm_mid_run_saves_the_step_in_flight_and_resumes_from_it(tmp_path):
     run_dir = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device
+    env = launcher_env()  # one CPU device
     run = subprocess.Popen(
         _command(run_dir, 200),
         cwd=ROOT,

@@ -26,18 +26,14 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+from launching import ROOT, TINY_MODEL, launcher_env
 
 from rljax.train.faults import PHASES
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS, EVERY, KILLS = 500, 20, 16
 POISONED = (7, 133, 260, 261, 499)  # steps whose batch gets a NaN reward (RLJAX_NAN_AT)
 FLAGS = [
-    "--config.model.d_model=32",
-    "--config.model.n_layers=1",
-    "--config.model.n_heads=2",
-    "--config.model.n_kv_heads=1",
-    "--config.model.d_ff=64",
+    *TINY_MODEL,
     "--config.task.max_digits=1",  # with a longer SFT: mixed rewards, so the policy moves
     "--config.sft.steps=300",
     "--config.sft.batch_size=32",
@@ -56,7 +52,7 @@ FLAGS = [
 def start(run_dir, kill_at="", stderr_path=None, extra=()):
     """Launches the run in the background; its stderr goes to run_dir.stderr (a pipe left
     unread would fill up with progress bars and block the run)."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = launcher_env()
     env["RLJAX_KILL_AT"] = kill_at
     env["RLJAX_NAN_AT"] = ",".join(map(str, POISONED))
     command = [sys.executable, "-m", "launchers.train", "--config=configs/grpo_addition.py"]
