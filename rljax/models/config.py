@@ -1,4 +1,4 @@
-"""Configuration of the decoder-only transformer (Llama / Qwen2 families)."""
+"""Configuration of the decoder-only transformer (Llama, Qwen2, Mistral, Mixtral families)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ REMAT_POLICIES = ("none", "block")
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-    """Shape and numerics of a Llama/Qwen2-style decoder.
+    """Shape and numerics of a Llama/Qwen2/Mistral-style decoder.
 
     Attributes:
         vocab_size: number of token ids.

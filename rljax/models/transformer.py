@@ -1,4 +1,4 @@
-"""Decoder-only transformer for the Llama and Qwen2 families, with a preallocated KV cache.
+"""Decoder-only transformer (Llama, Qwen2, Mistral, Mixtral), with a preallocated KV cache.
 
 The model is defined with flax.nnx and used functionally: `create_model` returns
 `(graphdef, params)` once, the params (an `nnx.State`) live in the train state, and jitted code
@@ -263,6 +263,8 @@ def _windowed(
     """Per layer, `allowed` [B, T, S] narrowed to its sliding window, if it has one: a query
     at position p keeps the keys at positions in (p - window, p] (q_positions [B, T],
     k_positions [B, S]). Layers sharing a window share one mask."""
+    if not any(windows):
+        return [allowed] * len(windows)
     distance = q_positions[:, :, None] - k_positions[:, None, :]
     masks = {w: allowed if w is None else allowed & (distance < w) for w in dict.fromkeys(windows)}
     return [masks[w] for w in windows]
