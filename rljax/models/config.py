@@ -1,4 +1,4 @@
-"""Configuration of the decoder-only transformer (Llama / Qwen2 families)."""
+"""Configuration of the decoder-only transformer (Llama, Qwen2, Mistral, Mixtral families)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import jax.numpy as jnp
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 _ROPE_TYPES = ("default", "linear", "llama3")
+# What each layer's attention sees (`TransformerConfig.layer_types`), named as in HF configs.
+LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 # How the training forward pass trades memory for recompute (`TransformerConfig.remat`).
@@ -17,7 +19,7 @@ REMAT_POLICIES = ("none", "block")
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-    """Shape and numerics of a Llama/Qwen2-style decoder.
+    """Shape and numerics of a Llama/Qwen2/Mistral-style decoder.
 
     Attributes:
         vocab_size: number of token ids.
@@ -54,6 +56,13 @@ class TransformerConfig:
             pass (training, prefill without a cache) computes at a time, each block
             recomputed in the backward pass: attention memory grows linearly, not
             quadratically, in the sequence length.
+        sliding_window: None, or w: a query at position p of a "sliding_attention" layer sees
+            only the keys at positions in (p - w, p] (w keys, itself included; HF's
+            convention), in every path (full forward, query chunks, packing, cached decoding).
+        layer_types: None, or one entry per layer from LAYER_TYPES; None means every layer is
+            "sliding_attention" when `sliding_window` is set (Mistral) and "full_attention"
+            otherwise. Qwen2's `max_window_layers` and interleaved local/global stacks
+            (Gemma 3) give a per-layer pattern.
     """
 
     vocab_size: int
@@ -78,6 +87,8 @@ class TransformerConfig:
     remat: str = "none"
     attention_chunk: int = 0
     causal: bool = True
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] | None = None
 
     def __post_init__(self):
         if self.attention_chunk < 0:
@@ -120,6 +131,7 @@ class TransformerConfig:
             )
         if self.expert_d_ff is not None and self.expert_d_ff <= 0:
             raise ValueError(f"TransformerConfig.expert_d_ff={self.expert_d_ff} must be positive")
+        self._check_windows()
         if isinstance(self.rope_scaling, dict):  # stored as sorted pairs so the config hashes
             object.__setattr__(self, "rope_scaling", tuple(sorted(self.rope_scaling.items())))
         if self.rope_scaling is not None:
@@ -129,6 +141,44 @@ class TransformerConfig:
                 raise ValueError(
                     f"rope_scaling type {kind!r} is not supported; supported: {_ROPE_TYPES}"
                 )
+
+    def _check_windows(self) -> None:
+        """Validates `sliding_window` / `layer_types` (stored as a tuple so the config hashes)."""
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(
+                f"TransformerConfig.sliding_window={self.sliding_window} must be >= 1 (None: off)"
+            )
+        if self.sliding_window is not None and not self.causal:
+            raise ValueError(
+                "TransformerConfig.sliding_window is set but causal=False; sliding windows "
+                "are implemented for causal decoders only"
+            )
+        if self.layer_types is None:
+            return
+        object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        if len(self.layer_types) != self.n_layers:
+            raise ValueError(
+                f"TransformerConfig.layer_types has {len(self.layer_types)} entries; "
+                f"give one per layer (n_layers={self.n_layers})"
+            )
+        unknown = sorted(set(self.layer_types) - set(LAYER_TYPES))
+        if unknown:
+            raise ValueError(f"TransformerConfig.layer_types has {unknown}; use {LAYER_TYPES}")
+        if "sliding_attention" in self.layer_types and self.sliding_window is None:
+            raise ValueError(
+                "TransformerConfig.layer_types has sliding_attention layers but "
+                "sliding_window is None; set the window size"
+            )
+
+    @property
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Per layer, the sliding window its attention uses, or None for full attention."""
+        if self.layer_types is None:
+            return (self.sliding_window,) * self.n_layers
+        return tuple(
+            self.sliding_window if kind == "sliding_attention" else None
+            for kind in self.layer_types
+        )
 
     @property
     def resolved_head_dim(self) -> int:

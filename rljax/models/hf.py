@@ -1,10 +1,12 @@
-"""Hugging Face Llama/Qwen2 checkpoints (config.json + safetensors) <-> rljax params.
+"""Hugging Face Llama, Qwen2, Mistral and Mixtral checkpoints (config.json + safetensors).
 
 Everything is read from and written to a local directory; nothing is fetched from a hub.
 Tensors are read on the host (numpy, bf16 through ml_dtypes) and converted to our layouts:
 HF `nn.Linear` weights are [out, in], ours are [in, ...] with the heads split out, e.g.
 `q_proj.weight [H*hd, D]` -> `q_proj [D, H, hd]`. RoPE uses the same rotate-half layout as HF,
-so q/k need no permutation.
+so q/k need no permutation. Mixtral's experts are stored one tensor per expert
+(`block_sparse_moe.experts.{e}.w1/w2/w3`, the layout transformers writes and real checkpoints
+use) and stacked into our [expert, ...] MoE parameters.
 """
 
 from __future__ import annotations
@@ -26,7 +28,14 @@ from flax import nnx
 from rljax.models.config import TransformerConfig
 from rljax.models.transformer import abstract_model
 
-_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+_ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+}
+# Families whose every layer has the sliding window of config.json's `sliding_window` (null: off).
+_WINDOW_EVERY_LAYER = ("mistral", "mixtral")
 _NP_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 _SINGLE_FILE = "model.safetensors"
 _INDEX_FILE = "model.safetensors.index.json"
@@ -65,12 +74,68 @@ def _rope_from_hf(hf: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
     return float(theta), scaling
 
 
+def _windows_from_hf(hf: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """TransformerConfig's `sliding_window` and `layer_types`, as transformers 5 reads them.
+
+    Mistral/Mixtral window every layer by `sliding_window` (null: none) and, like transformers,
+    ignore `layer_types`. Qwen2 windows only with `use_sliding_window`, then the layers given by
+    `layer_types` or, without it, those with index >= `max_window_layers` (default 28).
+    """
+    types = hf.get("layer_types")
+    if model_type in _WINDOW_EVERY_LAYER:
+        return dict(sliding_window=hf.get("sliding_window"), layer_types=None)
+    if model_type != "qwen2":
+        if hf.get("use_sliding_window", False) or "sliding_attention" in (types or []):
+            raise ValueError(
+                f"sliding-window attention is not supported for model_type {model_type!r}; "
+                f"windowed families: qwen2 (use_sliding_window), {list(_WINDOW_EVERY_LAYER)}"
+            )
+        return dict(sliding_window=None, layer_types=None)
+    window = hf.get("sliding_window") if hf.get("use_sliding_window", False) else None
+    if window is None:
+        if "sliding_attention" in (types or []):
+            raise ValueError(
+                "config.json has sliding_attention layer_types but no window "
+                "(use_sliding_window false or sliding_window null); fix config.json"
+            )
+        return dict(sliding_window=None, layer_types=None)
+    n = hf.get("num_hidden_layers", 0)
+    if types is None:
+        first = hf.get("max_window_layers", 28)
+        types = ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
+    unknown = sorted(set(types) - {"full_attention", "sliding_attention"})
+    if unknown:
+        raise ValueError(
+            f"config.json layer_types has {unknown}; rljax supports full_attention and "
+            "sliding_attention layers"
+        )
+    if "sliding_attention" not in types:
+        return dict(sliding_window=None, layer_types=None)
+    if "full_attention" not in types:
+        return dict(sliding_window=window, layer_types=None)
+    return dict(sliding_window=window, layer_types=tuple(types))
+
+
+def _moe_from_hf(hf: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """TransformerConfig's MoE fields (Mixtral: softmax over the top-k = renormalised)."""
+    if model_type != "mixtral":
+        return {}
+    try:
+        return dict(
+            num_experts=hf["num_local_experts"],
+            experts_per_token=hf["num_experts_per_tok"],
+            norm_topk_prob=True,
+        )
+    except KeyError as e:
+        raise ValueError(f"config.json lacks required field {e.args[0]!r}") from None
+
+
 def config_from_hf(hf_config: dict[str, Any]) -> TransformerConfig:
-    """A TransformerConfig from a Hugging Face Llama or Qwen2 `config.json` dict.
+    """A TransformerConfig from a Hugging Face Llama, Qwen2, Mistral or Mixtral `config.json`.
 
     Raises:
-      ValueError: for a model type or feature rljax does not implement (sliding-window
-        attention, MLP biases, a non-SiLU activation, an unsupported RoPE scaling).
+      ValueError: for a model type or feature rljax does not implement (sliding windows on
+        Llama, MLP biases, a non-SiLU activation, an unsupported RoPE scaling).
     """
     hf = hf_config
     model_type = hf.get("model_type")
@@ -94,14 +159,12 @@ def config_from_hf(hf_config: dict[str, Any]) -> TransformerConfig:
         raise ValueError(f"hidden_act={act!r} is not supported: rljax's MLP is SwiGLU with silu")
     if hf.get("mlp_bias", False):
         raise ValueError("mlp_bias=True is not supported: rljax's MLP has no biases")
-    if hf.get("use_sliding_window", False) or "sliding_attention" in (hf.get("layer_types") or []):
-        raise ValueError(
-            "sliding-window attention (use_sliding_window=True) is not supported; "
-            "set use_sliding_window=false in config.json if the window exceeds "
-            "every sequence you will run"
-        )
+    windows = _windows_from_hf(hf, model_type)
+    moe = _moe_from_hf(hf, model_type)
     if model_type == "qwen2":
         qkv_bias, o_bias = True, False
+    elif model_type in _WINDOW_EVERY_LAYER:  # Mistral/Mixtral attention has no biases
+        qkv_bias = o_bias = False
     else:
         qkv_bias = o_bias = bool(hf.get("attention_bias", False))
     theta, scaling = _rope_from_hf(hf)
@@ -124,9 +187,60 @@ def config_from_hf(hf_config: dict[str, Any]) -> TransformerConfig:
             qkv_bias=qkv_bias,
             o_bias=o_bias,
             tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            **windows,
+            **moe,
         )
     except KeyError as e:
         raise ValueError(f"config.json lacks required field {e.args[0]!r}") from None
+
+
+def _family_to_hf(config: TransformerConfig, model_type: str) -> dict[str, Any]:
+    """The config.json fields of the window and the experts, for a family that can hold them."""
+    if bool(config.num_experts) != (model_type == "mixtral"):
+        raise ValueError(
+            f"num_experts={config.num_experts} cannot be saved as {model_type!r}: save "
+            "mixture-of-experts models as 'mixtral' and dense ones as llama/qwen2/mistral"
+        )
+    if model_type in _WINDOW_EVERY_LAYER and (config.qkv_bias or config.o_bias):
+        raise ValueError(
+            f"{model_type} attention has no biases, but this config has "
+            f"qkv_bias={config.qkv_bias}, o_bias={config.o_bias}; save it as 'qwen2' or 'llama'"
+        )
+    windows = config.layer_windows
+    fields: dict[str, Any] = {}
+    if config.num_experts:
+        if not config.norm_topk_prob:
+            raise ValueError(
+                "Mixtral renormalises the top-k routing weights; this config has "
+                "norm_topk_prob=False, which it cannot express"
+            )
+        fields.update(
+            num_local_experts=config.num_experts,
+            num_experts_per_tok=config.experts_per_token,
+            intermediate_size=config.resolved_expert_d_ff,
+        )
+    if model_type in _WINDOW_EVERY_LAYER:
+        if len(set(windows)) > 1:
+            raise ValueError(
+                f"{model_type} windows every layer alike, but this config's layer_types mix "
+                "full and sliding layers; save it as 'qwen2' (dense) or drop layer_types"
+            )
+        return {**fields, "sliding_window": windows[0]}
+    if model_type == "llama":
+        if any(windows):
+            raise ValueError(
+                "Llama has no sliding-window attention; save this config as 'mistral' "
+                "(every layer windowed) or 'qwen2'"
+            )
+        return fields
+    sliding = [w is not None for w in windows]
+    return {
+        **fields,
+        "use_sliding_window": any(sliding),
+        "sliding_window": config.sliding_window if any(sliding) else None,
+        "max_window_layers": sliding.index(True) if any(sliding) else config.n_layers,
+        "layer_types": ["sliding_attention" if w else "full_attention" for w in sliding],
+    }
 
 
 def config_to_hf(config: TransformerConfig, model_type: str = "qwen2") -> dict[str, Any]:
@@ -172,8 +286,7 @@ def config_to_hf(config: TransformerConfig, model_type: str = "qwen2") -> dict[s
     }
     if model_type == "llama":
         hf.update(attention_bias=config.qkv_bias, mlp_bias=False)
-    else:
-        hf.update(use_sliding_window=False)
+    hf.update(_family_to_hf(config, model_type))
     return hf
 
 
@@ -183,13 +296,25 @@ def config_to_hf(config: TransformerConfig, model_type: str = "qwen2") -> dict[s
 
 @dataclasses.dataclass(frozen=True)
 class _Spec:
-    """One HF tensor: its name, our param path, its HF shape, and the layout conversions."""
+    """One HF tensor: its name, our param path, its HF shape, and the layout conversions.
+
+    With `experts` > 0 the spec stands for one tensor per expert (`hf_name` holds "{e}"), each
+    of shape `hf_shape`; the conversions see them stacked on a new leading expert axis.
+    """
 
     hf_name: str
     path: tuple[Any, ...]
     hf_shape: tuple[int, ...]
     to_ours: Callable[[np.ndarray], np.ndarray]
     to_hf: Callable[[np.ndarray], np.ndarray]
+    experts: int = 0
+
+    @property
+    def hf_names(self) -> list[str]:
+        """The checkpoint tensors this spec reads and writes."""
+        if not self.experts:
+            return [self.hf_name]
+        return [self.hf_name.format(e=e) for e in range(self.experts)]
 
 
 def _linear(shape_ours: tuple[int, ...]):
@@ -206,8 +331,22 @@ def _reshape(shape_ours: tuple[int, ...]):
     return (lambda w: w.reshape(shape_ours)), (lambda p: p.reshape(-1))
 
 
+def _mixtral_moe_specs(config: TransformerConfig, pre: str, i: int) -> list[_Spec]:
+    """Layer i's Mixtral sparse-MoE block: the router `gate` [E, D] and per-expert SwiGLU
+    w1 (gate) and w3 (up) [F, D], w2 (down) [D, F], stacked into our [E, ...] params."""
+    d, e, f = config.d_model, config.num_experts, config.resolved_expert_d_ff
+    moe, path = pre + "block_sparse_moe.", ("layers", i, "mlp")
+    swap = (lambda w: np.swapaxes(w, 1, 2)), (lambda p: np.swapaxes(p, 1, 2))
+    return [
+        _Spec(moe + "gate.weight", (*path, "router"), (e, d), *_linear((d, e))),
+        _Spec(moe + "experts.{e}.w1.weight", (*path, "gate_proj"), (f, d), *swap, experts=e),
+        _Spec(moe + "experts.{e}.w3.weight", (*path, "up_proj"), (f, d), *swap, experts=e),
+        _Spec(moe + "experts.{e}.w2.weight", (*path, "down_proj"), (d, f), *swap, experts=e),
+    ]
+
+
 def _specs(config: TransformerConfig) -> list[_Spec]:
-    """Every tensor a Llama/Qwen2 checkpoint of this config holds."""
+    """Every tensor a Llama/Qwen2/Mistral/Mixtral checkpoint of this config holds."""
     d, f, v = config.d_model, config.d_ff, config.vocab_size
     h, k, hd = config.n_heads, config.n_kv_heads, config.resolved_head_dim
     same = (lambda w: w), (lambda p: p)
@@ -246,24 +385,6 @@ def _specs(config: TransformerConfig) -> list[_Spec]:
                 *_linear_in_split((h, hd, d)),
             ),
             _Spec(
-                pre + "mlp.gate_proj.weight",
-                ("layers", i, "mlp", "gate_proj"),
-                (f, d),
-                *_linear((d, f)),
-            ),
-            _Spec(
-                pre + "mlp.up_proj.weight",
-                ("layers", i, "mlp", "up_proj"),
-                (f, d),
-                *_linear((d, f)),
-            ),
-            _Spec(
-                pre + "mlp.down_proj.weight",
-                ("layers", i, "mlp", "down_proj"),
-                (d, f),
-                *_linear_in_split((f, d)),
-            ),
-            _Spec(
                 pre + "input_layernorm.weight", ("layers", i, "attn_norm", "weight"), (d,), *same
             ),
             _Spec(
@@ -273,6 +394,20 @@ def _specs(config: TransformerConfig) -> list[_Spec]:
                 *same,
             ),
         ]
+        if config.num_experts:
+            specs += _mixtral_moe_specs(config, pre, i)
+        else:
+            mlp = ("layers", i, "mlp")
+            specs += [
+                _Spec(pre + "mlp.gate_proj.weight", (*mlp, "gate_proj"), (f, d), *_linear((d, f))),
+                _Spec(pre + "mlp.up_proj.weight", (*mlp, "up_proj"), (f, d), *_linear((d, f))),
+                _Spec(
+                    pre + "mlp.down_proj.weight",
+                    (*mlp, "down_proj"),
+                    (d, f),
+                    *_linear_in_split((f, d)),
+                ),
+            ]
         if config.qkv_bias:
             specs += [
                 _Spec(
@@ -386,7 +521,7 @@ def load_hf_checkpoint(
     dtype: str = "float32",
     param_dtype: str = "float32",
 ) -> tuple[TransformerConfig, nnx.GraphDef, nnx.State]:
-    """Load a local Llama/Qwen2 checkpoint directory as (config, graphdef, params).
+    """Load a local Llama/Qwen2/Mistral/Mixtral checkpoint directory as (config, graphdef, params).
 
     Args:
       path: a directory holding config.json and model.safetensors (or a sharded
@@ -421,19 +556,21 @@ def load_hf_checkpoint(
     target = _NP_DTYPES[config.param_dtype]
     pure: dict = {}
     specs = _specs(config)
-    missing = [s.hf_name for s in specs if s.hf_name not in tensors]
+    missing = [name for s in specs for name in s.hf_names if name not in tensors]
     if missing:
         raise ValueError(
             f"checkpoint {path} lacks {len(missing)} tensor(s) this config needs, e.g. "
             f"{missing[:5]}; check that config.json matches the weights"
         )
     for spec in specs:
-        weight = tensors.pop(spec.hf_name)
-        if tuple(weight.shape) != spec.hf_shape:
-            raise ValueError(
-                f"tensor {spec.hf_name!r} has shape {tuple(weight.shape)}, expected "
-                f"{spec.hf_shape} from config.json; check that config and weights match"
-            )
+        weights = [tensors.pop(name) for name in spec.hf_names]
+        for name, weight in zip(spec.hf_names, weights):
+            if tuple(weight.shape) != spec.hf_shape:
+                raise ValueError(
+                    f"tensor {name!r} has shape {tuple(weight.shape)}, expected "
+                    f"{spec.hf_shape} from config.json; check that config and weights match"
+                )
+        weight = np.stack(weights) if spec.experts else weights[0]
         value = np.ascontiguousarray(spec.to_ours(weight).astype(target))
         _set_path(pure, spec.path, jnp.asarray(value))
     extra = sorted(n for n in tensors if not _ignorable(n, config))
@@ -482,7 +619,9 @@ def save_hf_checkpoint(
         in it are removed first, so a stale single file can never shadow new shards.
       config: the model's config.
       params: an `nnx.State` (or its pure dict) of that config.
-      model_type: "qwen2" (q/k/v biases, no output bias) or "llama" (attention_bias sets both).
+      model_type: "qwen2" (q/k/v biases, no output bias; sliding windows on any layers),
+        "llama" (attention_bias sets both), "mistral" (no biases; one window on every layer
+        or none) or "mixtral" (Mistral with a mixture of experts, norm_topk_prob=True).
       shard_size: maximum bytes per file; when the weights exceed it they are written as
         model-0000i-of-0000N.safetensors shards plus model.safetensors.index.json.
       extra_config: additional config.json fields (e.g. bos_token_id, max_position_embeddings).
@@ -500,12 +639,16 @@ def save_hf_checkpoint(
                 "pass params created for this config"
             ) from None
         hf_value = np.ascontiguousarray(spec.to_hf(value))
-        if hf_value.shape != spec.hf_shape:
+        hf_shape = (spec.experts, *spec.hf_shape) if spec.experts else spec.hf_shape
+        if hf_value.shape != hf_shape:
             raise ValueError(
                 f"param {'/'.join(map(str, spec.path))} has shape {value.shape}, which "
-                f"does not give {spec.hf_name} {spec.hf_shape}; pass params of this config"
+                f"does not give {spec.hf_name} {hf_shape}; pass params of this config"
             )
-        tensors[spec.hf_name] = hf_value
+        if spec.experts:
+            tensors.update(zip(spec.hf_names, map(np.ascontiguousarray, hf_value)))
+        else:
+            tensors[spec.hf_name] = hf_value
 
     os.makedirs(path, exist_ok=True)
     stale = [os.path.join(path, _SINGLE_FILE), os.path.join(path, _INDEX_FILE)]

@@ -1,4 +1,4 @@
-"""Decoder-only transformer for the Llama and Qwen2 families, with a preallocated KV cache.
+"""Decoder-only transformer (Llama, Qwen2, Mistral, Mixtral), with a preallocated KV cache.
 
 The model is defined with flax.nnx and used functionally: `create_model` returns
 `(graphdef, params)` once, the params (an `nnx.State`) live in the train state, and jitted code
@@ -15,7 +15,8 @@ same (output, cache) pair for dense and MoE models alike.
 
 Padding convention: `mask` marks real tokens; `positions` are RoPE positions (for left-padded
 prompts, `positions_from_mask(mask)`). A token attends to the earlier real tokens in the same
-row and to itself.
+row and to itself; in a sliding-window layer (`TransformerConfig.layer_windows`) only to those
+whose RoPE position lies in (p - window, p] for its own position p.
 """
 
 from __future__ import annotations
@@ -41,12 +42,14 @@ class KVCache:
       keys: per layer, [B, S, n_kv_heads, head_dim] in the compute dtype.
       values: per layer, [B, S, n_kv_heads, head_dim].
       valid: [B, S] bool, which cache slots hold a real (non-padding) token.
+      positions: [B, S] int32, the RoPE position of each slot's token (for sliding windows).
       index: int32 scalar, the next slot to write.
     """
 
     keys: tuple[jax.Array, ...]
     values: tuple[jax.Array, ...]
     valid: jax.Array
+    positions: jax.Array
     index: jax.Array
 
 
@@ -58,6 +61,7 @@ def init_cache(config: TransformerConfig, batch_size: int, max_len: int) -> KVCa
         keys=tuple(zeros() for _ in range(config.n_layers)),
         values=tuple(zeros() for _ in range(config.n_layers)),
         valid=jnp.zeros((batch_size, max_len), bool),
+        positions=jnp.zeros((batch_size, max_len), jnp.int32),
         index=jnp.zeros((), jnp.int32),
     )
 
@@ -250,6 +254,22 @@ def _block(layer: Block, x, positions, inv_freq, allowed, kv, index, routes, num
     return x + out, kv, used
 
 
+def _windowed(
+    allowed: jax.Array,
+    q_positions: jax.Array,
+    k_positions: jax.Array,
+    windows: tuple[int | None, ...],
+) -> list[jax.Array]:
+    """Per layer, `allowed` [B, T, S] narrowed to its sliding window, if it has one: a query
+    at position p keeps the keys at positions in (p - window, p] (q_positions [B, T],
+    k_positions [B, S]). Layers sharing a window share one mask."""
+    if not any(windows):
+        return [allowed] * len(windows)
+    distance = q_positions[:, :, None] - k_positions[:, None, :]
+    masks = {w: allowed if w is None else allowed & (distance < w) for w in dict.fromkeys(windows)}
+    return [masks[w] for w in windows]
+
+
 class Transformer(nnx.Module):
     """Llama/Qwen2 decoder. Call `hidden_states` then `logits`, or `__call__` for both."""
 
@@ -303,11 +323,14 @@ class Transformer(nnx.Module):
         t = tokens.shape[1]
         if cache is None:
             q_slots = k_slots = jnp.arange(t)
-            k_valid = mask
+            k_valid, k_positions = mask, positions
         else:
             q_slots = cache.index + jnp.arange(t)
             k_slots = jnp.arange(cache.valid.shape[1])
             k_valid = jax.lax.dynamic_update_slice(cache.valid, mask, (0, cache.index))
+            k_positions = jax.lax.dynamic_update_slice(
+                cache.positions, positions.astype(jnp.int32), (0, cache.index)
+            )
         allowed = k_valid[:, None, :]
         if cfg.causal:
             allowed = (k_slots[None, :] <= q_slots[:, None])[None] & allowed
@@ -317,6 +340,7 @@ class Transformer(nnx.Module):
             if cache is not None:
                 raise ValueError("segment_ids (packed sequences) need a full forward pass")
             allowed = allowed & (segment_ids[:, :, None] == segment_ids[:, None, :])
+        layer_allowed = _windowed(allowed, positions, k_positions, cfg.layer_windows)
         inv_freq = rope_frequencies(cfg)
         x = self.embed[...].astype(cfg.compute_dtype)[tokens]
         new_keys, new_values, used = [], [], []
@@ -333,7 +357,7 @@ class Transformer(nnx.Module):
             index = None if cache is None else cache.index
             layer_routes = None if routes is None else routes[:, :, i]
             x, kv, layer_used = block(
-                layer, x, positions, inv_freq, allowed, kv, index, layer_routes
+                layer, x, positions, inv_freq, layer_allowed[i], kv, index, layer_routes
             )
             if cfg.num_experts:
                 used.append(layer_used)
@@ -343,7 +367,11 @@ class Transformer(nnx.Module):
         hidden = self.final_norm(x)
         if cache is not None:
             cache = KVCache(
-                keys=tuple(new_keys), values=tuple(new_values), valid=k_valid, index=cache.index + t
+                keys=tuple(new_keys),
+                values=tuple(new_values),
+                valid=k_valid,
+                positions=k_positions,
+                index=cache.index + t,
             )
         if not return_routes:
             return hidden, cache

@@ -344,11 +344,11 @@ def test_config_from_hf_reads_both_rope_styles():
 @pytest.mark.parametrize(
     "change, message",
     [
-        (dict(model_type="mistral"), "supported model types"),
+        (dict(model_type="gemma3_text"), "supported model types"),
         (dict(architectures=["LlamaForSequenceClassification"]), "LlamaForCausalLM"),
         (dict(mlp_bias=True), "mlp_bias"),
         (dict(hidden_act="gelu"), "hidden_act"),
-        (dict(model_type="qwen2", use_sliding_window=True), "sliding-window"),
+        (dict(use_sliding_window=True), "sliding-window attention is not supported for"),
         (dict(rope_parameters={"rope_type": "yarn", "factor": 2.0}), "yarn"),
         (dict(vocab_size=None), "vocab_size"),
     ],
