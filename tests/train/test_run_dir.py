@@ -85,12 +85,17 @@ def test_child_processes_do_not_keep_the_lock(tmp_path):
     sandbox) outlive the run; the next run must still get the lock (the forked one holds it
     without the at-fork hook; the exec'd one would if the descriptor were inheritable)."""
     read, write = os.pipe()
+    started, ready = os.pipe()
     with RunDir(str(tmp_path), ConfigDict()):
         forked = os.fork()
         if forked == 0:  # the child waits until the test closes the pipe
+            os.write(ready, b"!")  # the at-fork hooks have run: os.fork() has returned here
             os.close(write)
             os.read(read, 1)
             os._exit(0)
+        os.read(started, 1)  # else the parent may re-lock before the child ran its hooks
+        os.close(started)
+        os.close(ready)
         execd = subprocess.Popen(["sleep", "60"], close_fds=False)
     try:
         with RunDir(str(tmp_path), ConfigDict()):
