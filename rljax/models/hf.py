@@ -26,7 +26,13 @@ from flax import nnx
 from rljax.models.config import TransformerConfig
 from rljax.models.transformer import abstract_model
 
-_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+_ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+}
+_QWEN3 = ("qwen3", "qwen3_moe")  # per-head q/k RMSNorm; attention_bias sets all four biases
 _NP_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 _SINGLE_FILE = "model.safetensors"
 _INDEX_FILE = "model.safetensors.index.json"
@@ -65,8 +71,32 @@ def _rope_from_hf(hf: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
     return float(theta), scaling
 
 
+def _moe_from_hf(hf: dict[str, Any]) -> dict[str, Any]:
+    """Qwen3-MoE's expert fields as TransformerConfig arguments (a KeyError if one is missing).
+
+    Raises:
+      ValueError: a stack that mixes dense and MoE layers (decoder_sparse_step != 1 or
+        mlp_only_layers), which rljax's uniform blocks cannot hold.
+    """
+    step, dense = hf.get("decoder_sparse_step", 1), hf.get("mlp_only_layers") or []
+    if step != 1 or dense:
+        raise ValueError(
+            f"decoder_sparse_step={step}, mlp_only_layers={dense}: mixed dense/MoE layer stacks "
+            "are not supported; rljax needs experts in every layer (decoder_sparse_step=1, "
+            "mlp_only_layers=[])"
+        )
+    experts = hf["num_experts"] if "num_experts" in hf else hf["num_local_experts"]
+    expert_d_ff = hf["moe_intermediate_size"]
+    return dict(
+        num_experts=experts,
+        experts_per_token=hf["num_experts_per_tok"],
+        expert_d_ff=None if expert_d_ff == hf["intermediate_size"] else expert_d_ff,
+        norm_topk_prob=bool(hf.get("norm_topk_prob", False)),  # Qwen3MoeConfig's default
+    )
+
+
 def config_from_hf(hf_config: dict[str, Any]) -> TransformerConfig:
-    """A TransformerConfig from a Hugging Face Llama or Qwen2 `config.json` dict.
+    """A TransformerConfig from a Hugging Face Llama, Qwen2, Qwen3 or Qwen3-MoE `config.json`.
 
     Raises:
       ValueError: for a model type or feature rljax does not implement (sliding-window
@@ -107,7 +137,8 @@ def config_from_hf(hf_config: dict[str, Any]) -> TransformerConfig:
     theta, scaling = _rope_from_hf(hf)
     try:
         heads, d_model = hf["num_attention_heads"], hf["hidden_size"]
-        head_dim = hf.get("head_dim")
+        head_dim = hf.get("head_dim", 128 if model_type == "qwen3" else None)  # HF's defaults
+        moe = _moe_from_hf(hf) if model_type == "qwen3_moe" else {}
         if head_dim is not None and head_dim * heads == d_model:
             head_dim = None  # the default; keeps configs equal across a save/load round trip
         return TransformerConfig(
@@ -123,7 +154,9 @@ def config_from_hf(hf_config: dict[str, Any]) -> TransformerConfig:
             rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
             qkv_bias=qkv_bias,
             o_bias=o_bias,
+            qk_norm=model_type in _QWEN3,
             tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            **moe,
         )
     except KeyError as e:
         raise ValueError(f"config.json lacks required field {e.args[0]!r}") from None
@@ -133,16 +166,31 @@ def config_to_hf(config: TransformerConfig, model_type: str = "qwen2") -> dict[s
     """A `config.json` dict transformers can load (both its 4.x and 5.x rope fields are written)."""
     if model_type not in _ARCHITECTURES:
         raise ValueError(f"model_type={model_type!r}; use one of {sorted(_ARCHITECTURES)}")
+    if bool(config.num_experts) != (model_type == "qwen3_moe"):
+        raise ValueError(
+            f"model_type={model_type!r} cannot hold a config with num_experts="
+            f"{config.num_experts}; save it with model_type="
+            + ("'qwen3_moe'" if config.num_experts else "'qwen3', 'qwen2' or 'llama'")
+        )
+    if config.qk_norm != (model_type in _QWEN3):
+        raise ValueError(
+            f"model_type={model_type!r} cannot hold a config with qk_norm={config.qk_norm}; "
+            + (
+                "save it with model_type='qwen3'"
+                if config.qk_norm
+                else "save it with 'qwen2' or 'llama'"
+            )
+        )
     if model_type == "qwen2" and (not config.qkv_bias or config.o_bias):
         raise ValueError(
             "Qwen2 always has q/k/v biases and no output bias, but this config has "
             f"qkv_bias={config.qkv_bias}, o_bias={config.o_bias}; "
             "save it with model_type='llama'"
         )
-    if model_type == "llama" and config.qkv_bias != config.o_bias:
+    if model_type != "qwen2" and config.qkv_bias != config.o_bias:
         raise ValueError(
-            "Llama's attention_bias sets q/k/v and output biases together, but this "
-            f"config has qkv_bias={config.qkv_bias}, o_bias={config.o_bias}; "
+            f"{_ARCHITECTURES[model_type]}'s attention_bias sets q/k/v and output biases "
+            f"together, but this config has qkv_bias={config.qkv_bias}, o_bias={config.o_bias}; "
             + (
                 "save it with model_type='qwen2'"
                 if config.qkv_bias
@@ -172,8 +220,19 @@ def config_to_hf(config: TransformerConfig, model_type: str = "qwen2") -> dict[s
     }
     if model_type == "llama":
         hf.update(attention_bias=config.qkv_bias, mlp_bias=False)
-    else:
+    elif model_type == "qwen2":
         hf.update(use_sliding_window=False)
+    else:
+        hf.update(attention_bias=config.qkv_bias, use_sliding_window=False)
+    if config.num_experts:
+        hf.update(
+            num_experts=config.num_experts,
+            num_experts_per_tok=config.experts_per_token,
+            moe_intermediate_size=config.resolved_expert_d_ff,
+            norm_topk_prob=config.norm_topk_prob,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+        )
     return hf
 
 
@@ -183,13 +242,19 @@ def config_to_hf(config: TransformerConfig, model_type: str = "qwen2") -> dict[s
 
 @dataclasses.dataclass(frozen=True)
 class _Spec:
-    """One HF tensor: its name, our param path, its HF shape, and the layout conversions."""
+    """One HF tensor: its name, our param path, its HF shape, and the layout conversions.
+
+    `expert` is None, or the index of this tensor along the leading (expert) axis of our
+    stacked MoE param at `path` (HF stores one tensor per expert); the specs of one stack come
+    in expert order.
+    """
 
     hf_name: str
     path: tuple[Any, ...]
     hf_shape: tuple[int, ...]
     to_ours: Callable[[np.ndarray], np.ndarray]
     to_hf: Callable[[np.ndarray], np.ndarray]
+    expert: int | None = None
 
 
 def _linear(shape_ours: tuple[int, ...]):
@@ -206,8 +271,25 @@ def _reshape(shape_ours: tuple[int, ...]):
     return (lambda w: w.reshape(shape_ours)), (lambda p: p.reshape(-1))
 
 
+def _moe_specs(config: TransformerConfig, i: int) -> list[_Spec]:
+    """Layer i's Qwen3-MoE tensors: the router `mlp.gate` and each expert's SwiGLU."""
+    d, e, f = config.d_model, config.num_experts, config.resolved_expert_d_ff
+    pre, mlp = f"model.layers.{i}.mlp.", ("layers", i, "mlp")
+    specs = [_Spec(pre + "gate.weight", (*mlp, "router"), (e, d), *_linear((d, e)))]
+    for name, hf_shape, layout in (
+        ("gate_proj", (f, d), _linear((d, f))),
+        ("up_proj", (f, d), _linear((d, f))),
+        ("down_proj", (d, f), _linear_in_split((f, d))),
+    ):
+        specs += [
+            _Spec(f"{pre}experts.{j}.{name}.weight", (*mlp, name), hf_shape, *layout, expert=j)
+            for j in range(e)
+        ]
+    return specs
+
+
 def _specs(config: TransformerConfig) -> list[_Spec]:
-    """Every tensor a Llama/Qwen2 checkpoint of this config holds."""
+    """Every tensor a Llama/Qwen2/Qwen3(-MoE) checkpoint of this config holds."""
     d, f, v = config.d_model, config.d_ff, config.vocab_size
     h, k, hd = config.n_heads, config.n_kv_heads, config.resolved_head_dim
     same = (lambda w: w), (lambda p: p)
@@ -246,24 +328,6 @@ def _specs(config: TransformerConfig) -> list[_Spec]:
                 *_linear_in_split((h, hd, d)),
             ),
             _Spec(
-                pre + "mlp.gate_proj.weight",
-                ("layers", i, "mlp", "gate_proj"),
-                (f, d),
-                *_linear((d, f)),
-            ),
-            _Spec(
-                pre + "mlp.up_proj.weight",
-                ("layers", i, "mlp", "up_proj"),
-                (f, d),
-                *_linear((d, f)),
-            ),
-            _Spec(
-                pre + "mlp.down_proj.weight",
-                ("layers", i, "mlp", "down_proj"),
-                (d, f),
-                *_linear_in_split((f, d)),
-            ),
-            _Spec(
                 pre + "input_layernorm.weight", ("layers", i, "attn_norm", "weight"), (d,), *same
             ),
             _Spec(
@@ -273,6 +337,38 @@ def _specs(config: TransformerConfig) -> list[_Spec]:
                 *same,
             ),
         ]
+        if config.num_experts:
+            specs += _moe_specs(config, i)
+        else:
+            specs += [
+                _Spec(
+                    pre + "mlp.gate_proj.weight",
+                    ("layers", i, "mlp", "gate_proj"),
+                    (f, d),
+                    *_linear((d, f)),
+                ),
+                _Spec(
+                    pre + "mlp.up_proj.weight",
+                    ("layers", i, "mlp", "up_proj"),
+                    (f, d),
+                    *_linear((d, f)),
+                ),
+                _Spec(
+                    pre + "mlp.down_proj.weight",
+                    ("layers", i, "mlp", "down_proj"),
+                    (d, f),
+                    *_linear_in_split((f, d)),
+                ),
+            ]
+        if config.qk_norm:
+            specs += [
+                _Spec(
+                    attn + "q_norm.weight", ("layers", i, "attn", "q_norm", "weight"), (hd,), *same
+                ),
+                _Spec(
+                    attn + "k_norm.weight", ("layers", i, "attn", "k_norm", "weight"), (hd,), *same
+                ),
+            ]
         if config.qkv_bias:
             specs += [
                 _Spec(
@@ -427,6 +523,7 @@ def load_hf_checkpoint(
             f"checkpoint {path} lacks {len(missing)} tensor(s) this config needs, e.g. "
             f"{missing[:5]}; check that config.json matches the weights"
         )
+    stacks: dict[tuple[Any, ...], list[np.ndarray]] = {}  # MoE params, one entry per expert
     for spec in specs:
         weight = tensors.pop(spec.hf_name)
         if tuple(weight.shape) != spec.hf_shape:
@@ -435,7 +532,12 @@ def load_hf_checkpoint(
                 f"{spec.hf_shape} from config.json; check that config and weights match"
             )
         value = np.ascontiguousarray(spec.to_ours(weight).astype(target))
-        _set_path(pure, spec.path, jnp.asarray(value))
+        if spec.expert is None:
+            _set_path(pure, spec.path, jnp.asarray(value))
+        else:
+            stacks.setdefault(spec.path, []).append(value)
+    for param_path, experts in stacks.items():
+        _set_path(pure, param_path, jnp.asarray(np.stack(experts)))
     extra = sorted(n for n in tensors if not _ignorable(n, config))
     if extra:
         raise ValueError(
@@ -482,7 +584,8 @@ def save_hf_checkpoint(
         in it are removed first, so a stale single file can never shadow new shards.
       config: the model's config.
       params: an `nnx.State` (or its pure dict) of that config.
-      model_type: "qwen2" (q/k/v biases, no output bias) or "llama" (attention_bias sets both).
+      model_type: "qwen2" (q/k/v biases, no output bias), "llama" (attention_bias sets both),
+        "qwen3" (q/k norms; attention_bias as Llama) or "qwen3_moe" (Qwen3 with experts).
       shard_size: maximum bytes per file; when the weights exceed it they are written as
         model-0000i-of-0000N.safetensors shards plus model.safetensors.index.json.
       extra_config: additional config.json fields (e.g. bos_token_id, max_position_embeddings).
@@ -494,7 +597,9 @@ def save_hf_checkpoint(
     for spec in _specs(config):
         try:
             value = np.asarray(jax.device_get(_get_path(pure, spec.path)))
-        except (KeyError, TypeError):
+            if spec.expert is not None:
+                value = value[spec.expert]
+        except (KeyError, TypeError, IndexError):
             raise ValueError(
                 f"params lack {'/'.join(map(str, spec.path))} (for {spec.hf_name}); "
                 "pass params created for this config"
