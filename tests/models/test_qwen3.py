@@ -329,3 +329,89 @@ def test_save_refuses_configs_the_qwen3_types_cannot_hold(config, model_type, me
     _, params = _random_params(config, seed=0)
     with pytest.raises(ValueError, match=message):
         save_hf_checkpoint(tmp_path, config, params, model_type=model_type)
+
+
+def _write_qwen3_gguf(path: str, head_dim: int = 128) -> dict[str, np.ndarray]:
+    """A tiny F32 qwen3 GGUF as llama.cpp writes one (q/k rows unpermuted, attn_q_norm /
+    attn_k_norm per head); returns its weights by GGUF name. head_dim 128 because transformers'
+    GGUF loader ignores attention.key_length for qwen3 and falls back on Qwen3Config's 128."""
+    import gguf
+    from test_gguf import _MERGES, _tokens  # the tiny byte-level BPE vocabulary
+
+    d, f, heads, kv, layers = 64, 96, 4, 2, 2
+    tokens = _tokens()
+    rng = np.random.default_rng(5)
+    normal = lambda *shape: (0.1 * rng.standard_normal(shape)).astype(np.float32)  # noqa: E731
+    weights = {"token_embd.weight": normal(len(tokens), d), "output_norm.weight": 1 + normal(d)}
+    for i in range(layers):
+        b = f"blk.{i}."
+        weights |= {
+            b + "attn_norm.weight": 1 + normal(d),
+            b + "ffn_norm.weight": 1 + normal(d),
+            b + "attn_q.weight": normal(heads * head_dim, d),
+            b + "attn_k.weight": normal(kv * head_dim, d),
+            b + "attn_v.weight": normal(kv * head_dim, d),
+            b + "attn_output.weight": normal(d, heads * head_dim),
+            b + "attn_q_norm.weight": 1 + normal(head_dim),
+            b + "attn_k_norm.weight": 1 + normal(head_dim),
+            b + "ffn_gate.weight": normal(f, d),
+            b + "ffn_up.weight": normal(f, d),
+            b + "ffn_down.weight": normal(d, f),
+        }
+    writer = gguf.GGUFWriter(path, "qwen3")
+    writer.add_context_length(256)
+    writer.add_embedding_length(d)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(f)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_freq_base(1000000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_file_type(0)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3, 3, 3, 4] + [1] * (len(tokens) - 4))
+    writer.add_token_merges(_MERGES)
+    writer.add_eos_token_id(2)
+    for name, value in weights.items():
+        writer.add_tensor(name, value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return weights
+
+
+def test_qwen3_gguf_loads_its_head_norms(tmp_path):
+    from rljax.models import load_gguf
+
+    weights = _write_qwen3_gguf(str(tmp_path / "qwen3.gguf"))
+    config, _, params = load_gguf(str(tmp_path / "qwen3.gguf"))
+    assert config.qk_norm and config.head_dim == 128 and config.tie_embeddings
+    attn = nnx.to_pure_dict(params)["layers"][1]["attn"]
+    np.testing.assert_array_equal(attn["q_norm"]["weight"], weights["blk.1.attn_q_norm.weight"])
+    np.testing.assert_array_equal(attn["k_norm"]["weight"], weights["blk.1.attn_k_norm.weight"])
+    np.testing.assert_array_equal(  # not un-permuted: llama.cpp writes qwen3 q/k as HF does
+        attn["k_proj"], weights["blk.1.attn_k.weight"].T.reshape(64, 2, 128)
+    )
+
+
+@pytest.mark.hf
+def test_qwen3_gguf_logits_match_transformers(tmp_path):
+    torch = _torch()
+    import transformers
+
+    from rljax.models import load_gguf
+
+    _write_qwen3_gguf(str(tmp_path / "qwen3.gguf"))
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path, gguf_file="qwen3.gguf", dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    assert type(model).__name__ == "Qwen3ForCausalLM"
+    _, graphdef, params = load_gguf(str(tmp_path / "qwen3.gguf"))
+    err = _parity(model, graphdef, params)
+    print(f"qwen3 GGUF: max relative logits error {err:.2e}")
+    assert err < _TOL
