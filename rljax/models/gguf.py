@@ -144,7 +144,10 @@ def _config_from_reader(reader, path: str, dtype: str, param_dtype: str) -> Tran
             "which rljax cannot map to a rope_scaling config; load the HF checkpoint instead"
         )
     if _field(reader, f"{arch}.expert_count", 0):
-        raise ValueError(f"{path} is a mixture-of-experts model; rljax has dense MLPs only")
+        raise ValueError(
+            f"{path} is a mixture-of-experts GGUF, which rljax does not load; "
+            "load the Hugging Face checkpoint instead"
+        )
 
     def count(key: str, default: Any = _MISSING) -> int:
         value = _field(reader, f"{arch}.{key}", default)
