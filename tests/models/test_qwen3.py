@@ -415,3 +415,18 @@ def test_qwen3_gguf_logits_match_transformers(tmp_path):
     err = _parity(model, graphdef, params)
     print(f"qwen3 GGUF: max relative logits error {err:.2e}")
     assert err < _TOL
+
+
+def test_validation_refuses_lope_with_a_qwen3_moe_checkpoint(tmp_path):
+    """model.num_experts is 0 for a checkpoint run: the experts come from its config.json."""
+    from configs.grpo_addition import get_config
+    from rljax.config import validate_config
+
+    _, params = _random_params(_QWEN3_MOE, seed=0)
+    extra = {"max_position_embeddings": 4096}
+    save_hf_checkpoint(tmp_path, _QWEN3_MOE, params, model_type="qwen3_moe", extra_config=extra)
+    config = get_config()
+    config.model.checkpoint = str(tmp_path)
+    config.lope.num_perturbed = 1
+    with pytest.raises(ValueError, match=r"^lope does not combine with an MoE model yet; .* 4 "):
+        validate_config(config)
