@@ -533,6 +533,11 @@ def _check_model(config: ConfigDict) -> None:
         model = config_from_hf(hf).replace(dtype=m.dtype, param_dtype=m.param_dtype)
     except ValueError:  # named, with the checkpoint's path, when the model is loaded
         model = None
+    if model is not None and model.num_experts and config.lope.num_perturbed:
+        raise ValueError(
+            f"lope does not combine with an MoE model yet; model.checkpoint={source!r} has "
+            f"{model.num_experts} experts per layer; set lope.num_perturbed=0"
+        )
     length = hf.get("max_position_embeddings")
     check_fits(config, model, ("the checkpoint's max_position_embeddings", length))
 

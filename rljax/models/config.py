@@ -35,6 +35,8 @@ class TransformerConfig:
         rms_eps: RMSNorm epsilon.
         qkv_bias: biases on the q/k/v projections (Qwen2: True).
         o_bias: bias on the attention output projection (Llama `attention_bias=True`).
+        qk_norm: RMSNorm over each query and key head (a [head_dim] scale each, shared by the
+            heads) after the projection and before RoPE (Qwen3 `q_norm`/`k_norm`).
         tie_embeddings: the LM head reuses the token embedding matrix.
         dtype: compute dtype of activations and matmuls ("float32" or "bfloat16").
         param_dtype: storage dtype of parameters.
@@ -77,6 +79,7 @@ class TransformerConfig:
     rms_eps: float = 1e-6
     qkv_bias: bool = False
     o_bias: bool = False
+    qk_norm: bool = False
     tie_embeddings: bool = False
     dtype: str = "float32"
     param_dtype: str = "float32"

@@ -12,7 +12,7 @@ Two things differ from a Hugging Face checkpoint:
 - llama.cpp's converter permutes the rows of a *llama* model's q/k projections from HF's
   rotate-half RoPE layout to its interleaved one; rows (h, s, j) -- head h, half s, index j --
   are stored at (h, j, s). We undo it, since our RoPE uses rotate-half. Qwen2 files are written
-  unpermuted.
+  unpermuted, as are Qwen3 files (whose per-head q/k norms are attn_q_norm / attn_k_norm).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from rljax.models.config import TransformerConfig
 from rljax.models.hf import _NP_DTYPES, _set_path, _specs
 from rljax.models.transformer import abstract_model
 
-_ARCHITECTURES = ("llama", "qwen2")
+_ARCHITECTURES = ("llama", "qwen2", "qwen3")
 _PERMUTED_QK = ("llama",)  # architectures whose q/k rows llama.cpp interleaves
 
 # GGUF tensor name (per block: "blk.{i}." + name) -> HF name (per layer: "model.layers.{i}.").
@@ -48,6 +48,8 @@ _BLOCK_NAMES = {
     "attn_k.bias": "self_attn.k_proj.bias",
     "attn_v.bias": "self_attn.v_proj.bias",
     "attn_output.bias": "self_attn.o_proj.bias",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
@@ -133,7 +135,7 @@ def _config_from_reader(reader, path: str, dtype: str, param_dtype: str) -> Tran
     if arch not in _ARCHITECTURES:
         raise ValueError(
             f"{path}: general.architecture={arch!r} is not supported; rljax loads GGUF "
-            f"architectures {list(_ARCHITECTURES)} (Llama/Qwen2 decoders)"
+            f"architectures {list(_ARCHITECTURES)} (Llama/Qwen2/Qwen3 decoders)"
         )
     tensors = _tensor_infos(reader)
     if "rope_freqs.weight" in tensors:
@@ -142,7 +144,10 @@ def _config_from_reader(reader, path: str, dtype: str, param_dtype: str) -> Tran
             "which rljax cannot map to a rope_scaling config; load the HF checkpoint instead"
         )
     if _field(reader, f"{arch}.expert_count", 0):
-        raise ValueError(f"{path} is a mixture-of-experts model; rljax has dense MLPs only")
+        raise ValueError(
+            f"{path} is a mixture-of-experts GGUF, which rljax does not load; "
+            "load the Hugging Face checkpoint instead"
+        )
 
     def count(key: str, default: Any = _MISSING) -> int:
         value = _field(reader, f"{arch}.{key}", default)
@@ -194,6 +199,7 @@ def _config_from_reader(reader, path: str, dtype: str, param_dtype: str) -> Tran
         rms_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
         qkv_bias="blk.0.attn_q.bias" in tensors,
         o_bias="blk.0.attn_output.bias" in tensors,
+        qk_norm=arch == "qwen3",
         tie_embeddings="output.weight" not in tensors,
         dtype=dtype,
         param_dtype=param_dtype,
@@ -234,7 +240,7 @@ def load_gguf(
     dtype: str = "float32",
     param_dtype: str = "float32",
 ) -> tuple[TransformerConfig, nnx.GraphDef, nnx.State]:
-    """Load a Llama/Qwen2 GGUF file as (config, graphdef, params).
+    """Load a Llama/Qwen2/Qwen3 GGUF file as (config, graphdef, params).
 
     Every tensor is dequantized to float32 on the host and then cast to `param_dtype`, so the
     params are a plain (unquantized) rljax model, ready for training.

@@ -33,7 +33,11 @@ _ARCHITECTURES = {
     "qwen2": "Qwen2ForCausalLM",
     "mistral": "MistralForCausalLM",
     "mixtral": "MixtralForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
 }
+_QWEN3 = ("qwen3", "qwen3_moe")  # per-head q/k RMSNorm; attention_bias sets all four biases
+_MOE = ("mixtral", "qwen3_moe")  # the families with experts
 # Families whose every layer has the sliding window of config.json's `sliding_window` (null: off).
 _WINDOW_EVERY_LAYER = ("mistral", "mixtral")
 _NP_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
@@ -116,8 +120,37 @@ def _windows_from_hf(hf: dict[str, Any], model_type: str) -> dict[str, Any]:
     return dict(sliding_window=window, layer_types=tuple(types))
 
 
+def _qwen3_moe_from_hf(hf: dict[str, Any]) -> dict[str, Any]:
+    """Qwen3-MoE's expert fields as TransformerConfig arguments (a KeyError if one is missing).
+
+    Raises:
+      ValueError: a stack that mixes dense and MoE layers (decoder_sparse_step != 1 or
+        mlp_only_layers), which rljax's uniform blocks cannot hold.
+    """
+    step, dense = hf.get("decoder_sparse_step", 1), hf.get("mlp_only_layers") or []
+    if step != 1 or dense:
+        raise ValueError(
+            f"decoder_sparse_step={step}, mlp_only_layers={dense}: mixed dense/MoE layer stacks "
+            "are not supported; rljax needs experts in every layer (decoder_sparse_step=1, "
+            "mlp_only_layers=[])"
+        )
+    experts = hf["num_experts"] if "num_experts" in hf else hf["num_local_experts"]
+    expert_d_ff = hf["moe_intermediate_size"]
+    return dict(
+        num_experts=experts,
+        experts_per_token=hf["num_experts_per_tok"],
+        expert_d_ff=None if expert_d_ff == hf["intermediate_size"] else expert_d_ff,
+        norm_topk_prob=bool(hf.get("norm_topk_prob", False)),  # Qwen3MoeConfig's default
+    )
+
+
 def _moe_from_hf(hf: dict[str, Any], model_type: str) -> dict[str, Any]:
     """TransformerConfig's MoE fields (Mixtral: softmax over the top-k = renormalised)."""
+    if model_type == "qwen3_moe":
+        try:
+            return _qwen3_moe_from_hf(hf)
+        except KeyError as e:
+            raise ValueError(f"config.json lacks required field {e.args[0]!r}") from None
     if model_type != "mixtral":
         return {}
     try:
@@ -130,18 +163,25 @@ def _moe_from_hf(hf: dict[str, Any], model_type: str) -> dict[str, Any]:
         raise ValueError(f"config.json lacks required field {e.args[0]!r}") from None
 
 
-def config_from_hf(hf_config: dict[str, Any]) -> TransformerConfig:
-    """A TransformerConfig from a Hugging Face Llama, Qwen2, Mistral or Mixtral `config.json`.
-
-    Raises:
-      ValueError: for a model type or feature rljax does not implement (sliding windows on
-        Llama, MLP biases, a non-SiLU activation, an unsupported RoPE scaling).
-    """
-    hf = hf_config
+def hf_model_type(hf: dict[str, Any]) -> str | None:
+    """A `config.json`'s model_type, or the one its architecture names imply (None: neither)."""
     model_type = hf.get("model_type")
     if model_type is None:  # fall back on the architecture name
         by_arch = {arch: mt for mt, arch in _ARCHITECTURES.items()}
         model_type = next((by_arch[a] for a in hf.get("architectures") or [] if a in by_arch), None)
+    return model_type
+
+
+def config_from_hf(hf_config: dict[str, Any]) -> TransformerConfig:
+    """A TransformerConfig from a Hugging Face Llama, Qwen2, Qwen3, Qwen3-MoE, Mistral or Mixtral
+    `config.json`.
+
+    Raises:
+      ValueError: for a model type or feature rljax does not implement (sliding windows on
+        Llama or Qwen3, MLP biases, a non-SiLU activation, an unsupported RoPE scaling).
+    """
+    hf = hf_config
+    model_type = hf_model_type(hf)
     if model_type not in _ARCHITECTURES:
         raise ValueError(
             f"model_type {model_type!r} (architectures {hf.get('architectures')}) is not "
@@ -170,7 +210,7 @@ def config_from_hf(hf_config: dict[str, Any]) -> TransformerConfig:
     theta, scaling = _rope_from_hf(hf)
     try:
         heads, d_model = hf["num_attention_heads"], hf["hidden_size"]
-        head_dim = hf.get("head_dim")
+        head_dim = hf.get("head_dim", 128 if model_type == "qwen3" else None)  # HF's defaults
         if head_dim is not None and head_dim * heads == d_model:
             head_dim = None  # the default; keeps configs equal across a save/load round trip
         return TransformerConfig(
@@ -186,6 +226,7 @@ def config_from_hf(hf_config: dict[str, Any]) -> TransformerConfig:
             rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
             qkv_bias=qkv_bias,
             o_bias=o_bias,
+            qk_norm=model_type in _QWEN3,
             tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
             **windows,
             **moe,
@@ -196,11 +237,6 @@ def config_from_hf(hf_config: dict[str, Any]) -> TransformerConfig:
 
 def _family_to_hf(config: TransformerConfig, model_type: str) -> dict[str, Any]:
     """The config.json fields of the window and the experts, for a family that can hold them."""
-    if bool(config.num_experts) != (model_type == "mixtral"):
-        raise ValueError(
-            f"num_experts={config.num_experts} cannot be saved as {model_type!r}: save "
-            "mixture-of-experts models as 'mixtral' and dense ones as llama/qwen2/mistral"
-        )
     if model_type in _WINDOW_EVERY_LAYER and (config.qkv_bias or config.o_bias):
         raise ValueError(
             f"{model_type} attention has no biases, but this config has "
@@ -208,7 +244,16 @@ def _family_to_hf(config: TransformerConfig, model_type: str) -> dict[str, Any]:
         )
     windows = config.layer_windows
     fields: dict[str, Any] = {}
-    if config.num_experts:
+    if model_type == "qwen3_moe":
+        fields.update(
+            num_experts=config.num_experts,
+            num_experts_per_tok=config.experts_per_token,
+            moe_intermediate_size=config.resolved_expert_d_ff,
+            norm_topk_prob=config.norm_topk_prob,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+        )
+    elif config.num_experts:
         if not config.norm_topk_prob:
             raise ValueError(
                 "Mixtral renormalises the top-k routing weights; this config has "
@@ -226,13 +271,14 @@ def _family_to_hf(config: TransformerConfig, model_type: str) -> dict[str, Any]:
                 "full and sliding layers; save it as 'qwen2' (dense) or drop layer_types"
             )
         return {**fields, "sliding_window": windows[0]}
-    if model_type == "llama":
+    if model_type == "llama" or model_type in _QWEN3:
         if any(windows):
             raise ValueError(
-                "Llama has no sliding-window attention; save this config as 'mistral' "
-                "(every layer windowed) or 'qwen2'"
+                f"{'Llama' if model_type == 'llama' else 'Qwen3'} has no sliding-window "
+                "attention; save this config as "
+                "'mistral' (every layer windowed) or 'qwen2'"
             )
-        return fields
+        return fields if model_type == "llama" else {**fields, "use_sliding_window": False}
     sliding = [w is not None for w in windows]
     return {
         **fields,
@@ -247,16 +293,35 @@ def config_to_hf(config: TransformerConfig, model_type: str = "qwen2") -> dict[s
     """A `config.json` dict transformers can load (both its 4.x and 5.x rope fields are written)."""
     if model_type not in _ARCHITECTURES:
         raise ValueError(f"model_type={model_type!r}; use one of {sorted(_ARCHITECTURES)}")
+    if config.num_experts and model_type not in _MOE:
+        raise ValueError(
+            f"model_type={model_type!r} cannot hold a config with num_experts="
+            f"{config.num_experts}; save mixture-of-experts models as 'mixtral' or 'qwen3_moe'"
+        )
+    if not config.num_experts and model_type in _MOE:
+        raise ValueError(
+            f"model_type={model_type!r} cannot hold a config with num_experts=0; save dense "
+            "models as 'llama', 'qwen2', 'qwen3' or 'mistral'"
+        )
+    if config.qk_norm != (model_type in _QWEN3):
+        raise ValueError(
+            f"model_type={model_type!r} cannot hold a config with qk_norm={config.qk_norm}; "
+            + (
+                "save it with model_type='qwen3' or 'qwen3_moe'"
+                if config.qk_norm
+                else "save it with 'qwen2' or 'llama'"
+            )
+        )
     if model_type == "qwen2" and (not config.qkv_bias or config.o_bias):
         raise ValueError(
             "Qwen2 always has q/k/v biases and no output bias, but this config has "
             f"qkv_bias={config.qkv_bias}, o_bias={config.o_bias}; "
             "save it with model_type='llama'"
         )
-    if model_type == "llama" and config.qkv_bias != config.o_bias:
+    if model_type in ("llama", *_QWEN3) and config.qkv_bias != config.o_bias:
         raise ValueError(
-            "Llama's attention_bias sets q/k/v and output biases together, but this "
-            f"config has qkv_bias={config.qkv_bias}, o_bias={config.o_bias}; "
+            f"{_ARCHITECTURES[model_type]}'s attention_bias sets q/k/v and output biases "
+            f"together, but this config has qkv_bias={config.qkv_bias}, o_bias={config.o_bias}; "
             + (
                 "save it with model_type='qwen2'"
                 if config.qkv_bias
@@ -286,6 +351,8 @@ def config_to_hf(config: TransformerConfig, model_type: str = "qwen2") -> dict[s
     }
     if model_type == "llama":
         hf.update(attention_bias=config.qkv_bias, mlp_bias=False)
+    elif model_type in _QWEN3:
+        hf.update(attention_bias=config.qkv_bias)
     hf.update(_family_to_hf(config, model_type))
     return hf
 
@@ -331,22 +398,33 @@ def _reshape(shape_ours: tuple[int, ...]):
     return (lambda w: w.reshape(shape_ours)), (lambda p: p.reshape(-1))
 
 
-def _mixtral_moe_specs(config: TransformerConfig, pre: str, i: int) -> list[_Spec]:
-    """Layer i's Mixtral sparse-MoE block: the router `gate` [E, D] and per-expert SwiGLU
-    w1 (gate) and w3 (up) [F, D], w2 (down) [D, F], stacked into our [E, ...] params."""
+# Each MoE family's names for its block, router and SwiGLU experts' (gate, up, down) tensors.
+_MOE_NAMES = {
+    "mixtral": ("block_sparse_moe.", "gate", ("w1", "w3", "w2")),
+    "qwen3_moe": ("mlp.", "gate", ("gate_proj", "up_proj", "down_proj")),
+}
+
+
+def _moe_specs(config: TransformerConfig, model_type: str, pre: str, i: int) -> list[_Spec]:
+    """Layer i's sparse-MoE block: the router [E, D] and the per-expert SwiGLU gate and up
+    [F, D] and down [D, F] tensors, stacked into our [E, ...] params."""
     d, e, f = config.d_model, config.num_experts, config.resolved_expert_d_ff
-    moe, path = pre + "block_sparse_moe.", ("layers", i, "mlp")
+    if model_type not in _MOE_NAMES:
+        raise ValueError(f"model_type={model_type!r} has no experts; MoE types: {list(_MOE_NAMES)}")
+    block, router, (gate, up, down) = _MOE_NAMES[model_type]
+    moe, path = pre + block, ("layers", i, "mlp")
     swap = (lambda w: np.swapaxes(w, 1, 2)), (lambda p: np.swapaxes(p, 1, 2))
     return [
-        _Spec(moe + "gate.weight", (*path, "router"), (e, d), *_linear((d, e))),
-        _Spec(moe + "experts.{e}.w1.weight", (*path, "gate_proj"), (f, d), *swap, experts=e),
-        _Spec(moe + "experts.{e}.w3.weight", (*path, "up_proj"), (f, d), *swap, experts=e),
-        _Spec(moe + "experts.{e}.w2.weight", (*path, "down_proj"), (d, f), *swap, experts=e),
+        _Spec(f"{moe}{router}.weight", (*path, "router"), (e, d), *_linear((d, e))),
+        _Spec(f"{moe}experts.{{e}}.{gate}.weight", (*path, "gate_proj"), (f, d), *swap, experts=e),
+        _Spec(f"{moe}experts.{{e}}.{up}.weight", (*path, "up_proj"), (f, d), *swap, experts=e),
+        _Spec(f"{moe}experts.{{e}}.{down}.weight", (*path, "down_proj"), (d, f), *swap, experts=e),
     ]
 
 
-def _specs(config: TransformerConfig) -> list[_Spec]:
-    """Every tensor a Llama/Qwen2/Mistral/Mixtral checkpoint of this config holds."""
+def _specs(config: TransformerConfig, model_type: str | None = None) -> list[_Spec]:
+    """Every tensor a checkpoint of this config and model type holds (an MoE config needs
+    its model type: the families name their experts differently)."""
     d, f, v = config.d_model, config.d_ff, config.vocab_size
     h, k, hd = config.n_heads, config.n_kv_heads, config.resolved_head_dim
     same = (lambda w: w), (lambda p: p)
@@ -394,8 +472,13 @@ def _specs(config: TransformerConfig) -> list[_Spec]:
                 *same,
             ),
         ]
+        if config.qk_norm:
+            specs += [
+                _Spec(attn + f"{n}.weight", ("layers", i, "attn", n, "weight"), (hd,), *same)
+                for n in ("q_norm", "k_norm")
+            ]
         if config.num_experts:
-            specs += _mixtral_moe_specs(config, pre, i)
+            specs += _moe_specs(config, model_type, pre, i)
         else:
             mlp = ("layers", i, "mlp")
             specs += [
@@ -549,13 +632,14 @@ def load_hf_checkpoint(
             f"{config_file} not found; a Hugging Face checkpoint directory "
             "needs its config.json next to the safetensors weights"
         )
-    config = config_from_hf(_read_json(config_file)).replace(dtype=dtype, param_dtype=param_dtype)
+    hf_config = _read_json(config_file)
+    config = config_from_hf(hf_config).replace(dtype=dtype, param_dtype=param_dtype)
     tensors = _read_tensors(_weight_files(path))
 
     graphdef, params = abstract_model(config)
     target = _NP_DTYPES[config.param_dtype]
     pure: dict = {}
-    specs = _specs(config)
+    specs = _specs(config, hf_model_type(hf_config))
     missing = [name for s in specs for name in s.hf_names if name not in tensors]
     if missing:
         raise ValueError(
@@ -620,7 +704,8 @@ def save_hf_checkpoint(
       config: the model's config.
       params: an `nnx.State` (or its pure dict) of that config.
       model_type: "qwen2" (q/k/v biases, no output bias; sliding windows on any layers),
-        "llama" (attention_bias sets both), "mistral" (no biases; one window on every layer
+        "llama" (attention_bias sets both), "qwen3" (q/k norms; attention_bias as Llama),
+        "qwen3_moe" (Qwen3 with experts), "mistral" (no biases; one window on every layer
         or none) or "mixtral" (Mistral with a mixture of experts, norm_topk_prob=True).
       shard_size: maximum bytes per file; when the weights exceed it they are written as
         model-0000i-of-0000N.safetensors shards plus model.safetensors.index.json.
@@ -630,7 +715,7 @@ def save_hf_checkpoint(
     hf_config.update(extra_config or {})
     pure = params if isinstance(params, dict) else nnx.to_pure_dict(params)
     tensors: dict[str, np.ndarray] = {}
-    for spec in _specs(config):
+    for spec in _specs(config, model_type):
         try:
             value = np.asarray(jax.device_get(_get_path(pure, spec.path)))
         except (KeyError, TypeError):

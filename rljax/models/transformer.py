@@ -156,7 +156,8 @@ def _query_chunked_attention(q, k, v, allowed, dt, chunk: int):
 
 
 class Attention(nnx.Module):
-    """Grouped-query self-attention with optional q/k/v and output biases."""
+    """Grouped-query self-attention with optional q/k/v and output biases and per-head q/k
+    RMSNorm (Qwen3)."""
 
     def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
         d, h, k, hd = config.d_model, config.n_heads, config.n_kv_heads, config.resolved_head_dim
@@ -172,12 +173,18 @@ class Attention(nnx.Module):
             self.v_bias = _param(rngs, (k, hd), ("kv_heads", "head_dim"), pd, 0)
         if config.o_bias:
             self.o_bias = _param(rngs, (d,), ("embed",), pd, 0)
+        if config.qk_norm:
+            self.q_norm = RMSNorm(hd, config.rms_eps, pd, rngs=rngs)
+            self.k_norm = RMSNorm(hd, config.rms_eps, pd, rngs=rngs)
 
     def _project(self, x, name):
+        """x [B, T, D] -> [B, T, heads, head_dim]: projection, bias, and (q, k) the head norm."""
         dt = self.config.compute_dtype
         y = jnp.einsum("btd,dhk->bthk", x, getattr(self, f"{name}_proj")[...].astype(dt))
         if self.config.qkv_bias:
             y = y + getattr(self, f"{name}_bias")[...].astype(dt)
+        if self.config.qk_norm and name != "v":
+            y = getattr(self, f"{name}_norm")(y)
         return y
 
     def __call__(self, x, positions, inv_freq, allowed, kv=None, index=None):

@@ -255,7 +255,7 @@ def test_config_from_hf_window_errors(hf, message):
             "mix full and sliding",
         ),
         (dict(qkv_bias=True), "mistral", "no biases"),
-        (dict(), "mixtral", "save mixture-of-experts models as 'mixtral'"),
+        (dict(), "mixtral", "num_experts=0; save dense models as"),
         (dict(num_experts=2), "qwen2", "save mixture-of-experts models as 'mixtral'"),
         (dict(num_experts=2, norm_topk_prob=False), "mixtral", "norm_topk_prob=False"),
     ],
