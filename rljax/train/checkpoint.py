@@ -145,9 +145,10 @@ def _flat_shapes(tree: Any) -> dict[tuple[str, ...], tuple[tuple[int, ...], str]
     return out
 
 
-def without_base(state: TrainState) -> TrainState:
-    """`state` as a checkpoint holds it: under LoRA without the frozen base's weights."""
-    if state.base is None:
+def without_base(state: Any) -> Any:
+    """`state` as a checkpoint holds it: a LoRA TrainState without the frozen base's weights,
+    anything else as it is."""
+    if not isinstance(state, TrainState) or state.base is None:
         return state
     return state.replace(base=state.base.replace(params=None))
 
@@ -296,7 +297,7 @@ class Checkpointer:
                 "checkpoint"
             )
         state = restored.state
-        if full.base is not None:
+        if isinstance(full, TrainState) and full.base is not None:
             if not np.array_equal(fetch(state.base.fingerprint), fetch(full.base.fingerprint)):
                 raise ValueError(
                     f"checkpoint {path} holds LoRA adapters of another base model than this "

@@ -9,6 +9,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from rljax.algorithms import PPOSettings, grpo
+from rljax.config import default_config, validate_config
 from rljax.core.batch import make_batch
 from rljax.core.state import init_train_state
 from rljax.models import lora
@@ -171,3 +172,24 @@ def test_checkpoints_hold_adapters_only_and_refuse_another_base(tmp_path):
     assert ("base", "fingerprint") in saved and ("base", "scale") in saved
     assert not [k for k in saved if "embed" in k or k[:2] == ("base", "params")]
     assert sum(np.prod(shape) for shape, _ in saved.values()) < lora.count(params) / 2
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"sft": {"steps": 10}}, "sft.steps=10 does not combine with lora.rank=4"),
+        ({"lora": {"targets": ("q", "qkv")}}, r"lora.targets=\('q', 'qkv'\) must be"),
+        (
+            {"model": {"kind": "diffusion"}, "algorithm": {"name": "rldf"}},
+            "lora.rank=4 is not supported with model.kind",
+        ),
+    ],
+)
+def test_lora_configs_that_cannot_run_are_refused_naming_the_key(changes, message):
+    config = default_config()
+    config.lora.rank = 4
+    config.sft.steps = 0
+    for section, values in changes.items():
+        config[section].update(values)
+    with pytest.raises(ValueError, match=message):
+        validate_config(config)
