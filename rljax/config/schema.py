@@ -336,6 +336,22 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
             "resharded onto it every step) and the trainer the rest",
         ),
     },
+    # LoRA (rljax.models.lora): train low-rank adapters on these projections, base frozen.
+    "lora": {
+        "rank": Key(
+            0,
+            "rank r of the adapters A [in, r], B [r, out]; only they are trained and "
+            "checkpointed, the frozen base is the KL reference",
+            min=0,
+            hint="0: off, every parameter is trained",
+        ),
+        "alpha": Key(16.0, "the adapters' update is scaled by alpha / rank", gt=0),
+        "targets": Key(
+            ("q", "k", "v", "o"),
+            "projections that get adapters: q, k, v, o (attention), gate, up, down (MLP and "
+            "MoE experts)",
+        ),
+    },
     "critic": {
         "separate": Key(
             False,

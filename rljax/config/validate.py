@@ -37,6 +37,7 @@ from rljax.data.tasks import TASKS
 from rljax.models.fetch import SMOLLM2_FILE, default_cache_dir
 from rljax.models.gguf import gguf_limits
 from rljax.models.hf import _read_json, config_from_hf
+from rljax.models.lora import TARGETS
 from rljax.parallel.mesh import MESH_AXES
 
 # Arguments the driver passes itself, by section: {argument: the config key it comes from}.
@@ -56,6 +57,7 @@ _DIFFUSION_ONLY = (
 )
 _CAUSAL_ONLY = {
     "model.checkpoint": "",
+    "lora.rank": 0,
     "model.num_experts": 0,
     "model.remat": "none",
     "model.attention_chunk": 0,
@@ -592,9 +594,31 @@ def _check_kind(config: ConfigDict) -> None:
     _diffusion().DiffusionSettings(**settings)  # ranges, naming algorithm.* keys
 
 
+def _check_lora(config: ConfigDict) -> None:
+    """LoRA's targets exist, and the features it does not combine with are off: a warm start
+    (a resume rebuilds the base from model.checkpoint, not from the SFT result) and a
+    separate sampler mesh (it reshards the policy's parameters, which are adapters here)."""
+    lora = config.lora
+    if not lora.rank:
+        return
+    unknown = [t for t in lora.targets if t not in TARGETS]
+    if unknown or not lora.targets:
+        raise ValueError(
+            f"lora.targets={tuple(lora.targets)} must be a non-empty subset of {tuple(TARGETS)}"
+        )
+    off = {"sft.steps": config.sft.steps, "mesh.sampler_devices": config.mesh.sampler_devices}
+    for key, value in off.items():
+        if value:
+            raise ValueError(
+                f"{key}={value} does not combine with lora.rank={lora.rank} yet; set {key}=0 "
+                "or lora.rank=0"
+            )
+
+
 def _check_combinations(config: ConfigDict) -> None:
     """Features that do not combine, and prompt-selection settings."""
     _check_kind(config)
+    _check_lora(config)
     t, b = config.train, _builders()
     if config.reward.token_level:
         if config.algorithm.name != "ppo":

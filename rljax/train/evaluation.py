@@ -23,6 +23,7 @@ from jax.sharding import Mesh, PartitionSpec
 from ml_collections import ConfigDict
 
 from rljax.data.tasks import Task
+from rljax.models.lora import merged_params
 from rljax.models.tokenizer import Tokenizer
 from rljax.parallel.distributed import fetch, to_global
 from rljax.parallel.rules import mesh_shardings, shard_params
@@ -127,7 +128,7 @@ def restore_policy(
         state, _ = checkpointer.restore(step, like)
     finally:
         checkpointer.close()
-    return step, tokenizer, graphdef, state.params
+    return step, tokenizer, graphdef, merged_params(state)
 
 
 def eval_batches(

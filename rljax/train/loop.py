@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from rljax.config import validate_config
 from rljax.core.state import TrainState
 from rljax.metrics.writers import MetricsWriter, SamplesWriter, to_scalars
+from rljax.models.lora import merged_params
 from rljax.models.tokenizer import Tokenizer
 from rljax.parallel.distributed import allgather, to_global
 from rljax.parallel.rules import DEFAULT_RULES, mesh_shardings, shard_params
@@ -125,7 +126,7 @@ def _train(
             config, model_config, params, algorithm, optimizer
         )
         start = 0
-        log(0, run_eval(state.params))
+        log(0, run_eval(merged_params(state)))
     else:
         like, critic_graphdef = kind.build_train_state(
             config, model_config, params, algorithm, optimizer
@@ -208,7 +209,7 @@ def _train(
             metrics.update({"time/step_s": seconds, "time/tokens_per_s": tokens / seconds})
             metrics["time/compile_s"] = compile_clock.take()
             if done % t.eval_every == 0 or done == t.steps:
-                last_eval, metrics["time/eval_s"] = timed(run_eval, state.params)
+                last_eval, metrics["time/eval_s"] = timed(run_eval, merged_params(state))
                 metrics.update(last_eval)
             saving = done % t.checkpoint_every == 0 or done == t.steps
             if saving:  # asynchronous: the time the loop waits for the write to start

@@ -36,6 +36,7 @@ from rljax.core.keys import check_algorithm
 from rljax.core.state import TrainState
 from rljax.core.transform import Context, Metrics
 from rljax.entropy.covariance import logprob_advantage_covariance
+from rljax.models.lora import count, full_params, merged_params, reference_params
 from rljax.models.moe import expert_load
 from rljax.objectives.kl import kl_penalty
 from rljax.parallel.rules import DEFAULT_RULES, MeshAxes
@@ -235,7 +236,7 @@ def make_steps(
         noise_key = jax.random.fold_in(key, _AQN_SALT)  # AQN only; leaves the sampling key be
         return generate(
             graphdef,
-            rollout_weights(state.params, rc.weights, state.step, noise_key),
+            rollout_weights(merged_params(state), rc.weights, state.step, noise_key),
             prompt_tokens,
             prompt_mask,
             key,
@@ -264,8 +265,10 @@ def make_steps(
 
     def prepare(state: TrainState, batch: Batch):
         old, old_stats, extras = None, None, dict(batch.extras)
+        params = merged_params(state)  # under LoRA: the base with the adapters merged in
+        reference = reference_params(state, needs_reference)
         if plan.prepare_pass:
-            old = states(state.params, batch)
+            old = states(params, batch)
             old_stats = stats(old, batch)
             extras["old_entropy"] = old_stats.entropy
         if plan.source == PREPARE:
@@ -275,14 +278,14 @@ def make_steps(
             # by its own detached log-probs.
             old_logprobs = batch.rollout_logprobs
         ref_logprobs, ref = old_logprobs, None
-        if needs_reference and state.ref_params is None:
+        if needs_reference and reference is None:
             raise ValueError(
                 "the algorithm reads ref_logprobs (or a statistic of the reference) but the "
                 "train state has no reference policy; build it with "
                 "init_train_state(..., keep_reference=True) (builders.build_train_state does)"
             )
-        if state.ref_params is not None:
-            ref = states(state.ref_params, batch)
+        if reference is not None:
+            ref = states(reference, batch)
             ref_logprobs = stats(ref, batch).logprobs
         if plan.prepare_pass:
             inputs = StatisticInputs(batch, old, old_stats, ref, chunk)
@@ -311,7 +314,7 @@ def make_steps(
             **metrics,
             **pre,
             # The sampler's quantization error per kind of kernel (quantized rollouts only).
-            **rollout_error_metrics(state.params, rollout_config.weights),
+            **rollout_error_metrics(params, rollout_config.weights),
         }
         if cov is not None:
             metrics["entropy/cov_logp_adv"] = cov
@@ -322,16 +325,16 @@ def make_steps(
             )
         if ROUTES_KEY in batch.extras:
             valid = jnp.concatenate([batch.prompt_mask, batch.completion_mask], axis=1)
-            experts = nnx.merge(graphdef, state.params).config.num_experts
+            experts = nnx.merge(graphdef, params).config.num_experts
             load = expert_load(batch.extras[ROUTES_KEY], valid, experts)
             metrics.update({k: v for k, v in load.items() if k != "moe/load"})
         if rollout_config.weights.aqn_sigma_start > 0:
             metrics["quant/aqn_sigma"] = rollout_config.weights.sigma(state.step)
         return state.replace(transform_state=transform_state), batch, metrics
 
-    def loss_fn(trainable, batch: Batch, has_reference: bool = True):
+    def loss_fn(trainable, batch: Batch, has_reference: bool = True, base=None):
         params, critic = trainable
-        new = states(params, batch)
+        new = states(full_params(base, params), batch)  # LoRA: gradients reach the adapters only
         new_stats = stats(new, batch)
         if plan.source == UPDATE:
             # On-policy "auto": this forward pass IS the old policy's, so its detached
@@ -363,14 +366,14 @@ def make_steps(
         order = jnp.stack([jax.random.permutation(k, rows) for k in keys])
         order = order.reshape(cfg.epochs * cfg.minibatches, cfg.microbatches, rows // per_step)
 
-        has_reference = state.ref_params is not None
+        has_reference = reference_params(state, needs_reference) is not None
         n_inputs = len(input_names(batch, state.params, state.critic))  # update.* come after
 
         def microbatch(carry, ids):
             trainable, grads, loss, weight, first_bad = carry
             sub = jax.tree.map(lambda x: x[ids], batch)
             (sub_loss, (metrics, policy)), sub_grads = jax.value_and_grad(loss_fn, has_aux=True)(
-                trainable, sub, has_reference
+                trainable, sub, has_reference, state.base
             )
             w = aggregation_denominator(sub.loss_weights, algorithm.aggregation)
             grads = jax.tree.map(lambda g, s: g + w * s, grads, sub_grads)
@@ -449,6 +452,9 @@ def make_steps(
         metrics["guard/first_nonfinite"] = jnp.where(
             skipped.any(), first_bad[jnp.argmax(skipped)], -1
         )
+        if state.base is not None:  # LoRA: what is trained, of how much (trace-time counts)
+            metrics["lora/trainable_params"] = jnp.float32(count(state.params))
+            metrics["lora/base_params"] = jnp.float32(count(state.base.params))
         state = state.replace(
             step=state.step + 1,
             params=params,
@@ -460,7 +466,12 @@ def make_steps(
 
     def logprobs(state: TrainState, prompt_tokens, prompt_mask, completion_tokens, completion_mask):
         policy = policy_states(
-            graphdef, state.params, prompt_tokens, prompt_mask, completion_tokens, completion_mask
+            graphdef,
+            merged_params(state),
+            prompt_tokens,
+            prompt_mask,
+            completion_tokens,
+            completion_mask,
         )
         out = token_stats(policy.completion_hidden, policy.head, completion_tokens, chunk)
         return jnp.where(completion_mask, out.logprobs, 0.0)

@@ -122,6 +122,9 @@ ADDED_SINCE = {
     "train.compilation_cache": "~/.cache/rljax/jax",
     "train.allow_config_change": False,
     "train.allow_unverified_checkpoint": False,
+    "lora.rank": 0,
+    "lora.alpha": 16.0,
+    "lora.targets": ("q", "k", "v", "o"),
 }
 # Keys added with the diffusion policy on the driver (model.kind; the others are read by a
 # model.kind="diffusion" run only), at their defaults in a causal recipe.

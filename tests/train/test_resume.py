@@ -91,6 +91,14 @@ DIFFUSION = (
     "--config.sft.batch_size=64",
     "--config.sft.warmup_steps=10",
 )
+# LoRA adapters (rank 4 on q, v and the MLP's down projection) on the policy as initialised,
+# with a KL term to the frozen base.
+LORA = (
+    "--config.lora.rank=4",
+    "--config.lora.targets=('q', 'v', 'down')",
+    "--config.sft.steps=0",
+    "--config.algorithm.kl_coef=0.05",
+)
 # Where each recipe's run is killed, in turn, before the last resume. GRPO: in step 3's
 # rollout and in step 4's update (both after the step-2 checkpoint), then while the step-4
 # checkpoint is being written in the background, which must not be picked up half-written.
@@ -102,10 +110,16 @@ RECIPES = {
     # Bounded staleness: step 3 samples with the parameters of step 1, which only the
     # checkpointed version queue still holds after the crash.
     "staleness": ("configs/grpo_addition.py", ("--config.train.max_staleness=2",), ("3:rollout",)),
+    # LoRA: checkpoints hold the adapters only; the resumed run rebuilds the frozen base (the
+    # KL reference) from the model source.
+    "lora": ("configs/grpo_addition.py", LORA, ("4:update",)),
 }
 
 
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
+@pytest.mark.parametrize(
+    "recipe",
+    [pytest.param(r, marks=pytest.mark.slow) if r == "lora" else r for r in sorted(RECIPES)],
+)
 def test_killed_run_resumes_with_identical_metrics(tmp_path, recipe):
     config, flags, kills = RECIPES[recipe]
     straight, crashed = tmp_path / "straight", tmp_path / "crashed"
@@ -130,6 +144,9 @@ def test_killed_run_resumes_with_identical_metrics(tmp_path, recipe):
     if recipe == "diffusion":  # every step sampled at measured block sizes and updated twice
         assert all("block_size/mean" in a[s] and "rldf/scored_tokens" in a[s] for s in a if s > 0)
         assert a[-1]["sft/loss"] < a[-100]["sft/loss"]
+    if recipe == "lora":  # A [in, 4] + B [4, out]: q 32 -> 2 x 16, v 32 -> 16, down 64 -> 32
+        assert a[4]["lora/trainable_params"] == 4 * ((32 + 32) + (32 + 16) + (64 + 32))
+        assert a[4]["kl_to_ref"] > 0
     if recipe == "staleness":
         assert [a[s]["staleness/versions"] for s in (1, 2, 3, 4)] == [0.0, 1.0, 2.0, 2.0]
 

@@ -1,0 +1,178 @@
+"""LoRA: low-rank adapters on chosen projections, merged into the frozen base by a pure function.
+
+Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models": a kernel W [in, out]
+is trained as W + scale * A @ B with A [in, r], B [r, out] and scale = alpha / r; B starts at
+zero, so the adapted policy starts equal to the base. Only A and B are trained: the train
+state keeps them as its `params` (so the optimizer holds their moments only) and the frozen
+base once, in `TrainState.base` (`rljax.core.state.FrozenBase`), which is also the KL
+reference policy (the base without adapters).
+
+Our kernels are einsum weights: q/k/v_proj [d, heads, head_dim] (one input axis, two output
+axes), o_proj [heads, head_dim, d] (two input axes), gate/up/down_proj [in, out]. Axes before
+those are batch axes with their own adapters (MoE experts [E, in, out], stacked layers).
+
+Why our own transform and not `qwix` (Tunix's and MaxText's LoRA): qwix adds the adapters as
+new variables inside the nnx module and injects them by intercepting the model's dot_general
+calls at trace time, so the graphdef, the state layout and every forward would change; here
+the model, its graphdef and the sampler stay as they are, and LoRA is one pure function
+(`merge`) over the one train-state pytree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from rljax.core.state import FrozenBase, TrainState
+from rljax.parallel.distributed import fetch
+
+# Target name (config `lora.targets`) -> (kernel name, input axes, output axes).
+TARGETS: dict[str, tuple[str, int, int]] = {
+    "q": ("q_proj", 1, 2),
+    "k": ("k_proj", 1, 2),
+    "v": ("v_proj", 1, 2),
+    "o": ("o_proj", 2, 1),
+    "gate": ("gate_proj", 1, 1),
+    "up": ("up_proj", 1, 1),
+    "down": ("down_proj", 1, 1),
+}
+_FINGERPRINT_VALUES = 8  # leading values of each base tensor that the fingerprint reads
+
+Adapters = dict[str, Any]  # nested dicts mirroring the base's paths, leaves {"a": .., "b": ..}
+
+
+def _names(path: tuple[Any, ...]) -> tuple[str, ...]:
+    """A pytree path as plain names (nnx's `.value` wrapper dropped)."""
+    names = (str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
+    return tuple(n for n in names if n != "value")
+
+
+def _kernels(base: nnx.State, targets: Sequence[str]) -> list[tuple[tuple[str, ...], Any, str]]:
+    """(path names, kernel, target) of every kernel of `base` that a target names."""
+    by_kernel = {TARGETS[t][0]: t for t in targets}
+    found = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(base)[0]:
+        names = _names(path)
+        if names and names[-1] in by_kernel:
+            found.append((names, leaf, by_kernel[names[-1]]))
+    return found
+
+
+def _split(shape: tuple[int, ...], target: str) -> tuple[tuple[int, ...], int, int]:
+    """(batch axes, fan-in, fan-out) of a kernel of `shape` for `target`."""
+    _, n_in, n_out = TARGETS[target]
+    lead = len(shape) - n_in - n_out
+    return shape[:lead], math.prod(shape[lead : lead + n_in]), math.prod(shape[lead + n_in :])
+
+
+def init_adapters(base: nnx.State, rank: int, targets: Sequence[str], rng: jax.Array) -> Adapters:
+    """Fresh adapters for the kernels of `base` that `targets` name.
+
+    A [..., in, r] ~ N(0, 1 / in) (seeded per kernel from `rng`), B [..., r, out] = 0, both
+    float32: the merged policy equals the base bit for bit.
+
+    Raises:
+      ValueError: an unknown target, or none of the targets names a kernel of `base`.
+    """
+    unknown = sorted(set(targets) - set(TARGETS))
+    if unknown:
+        raise ValueError(f"lora.targets has unknown {unknown}; choose from {sorted(TARGETS)}")
+    kernels = _kernels(base, targets)
+    if not kernels:
+        raise ValueError(f"lora.targets={tuple(targets)} names no kernel of this model")
+    adapters: Adapters = {}
+    for i, (names, kernel, target) in enumerate(kernels):
+        lead, fan_in, fan_out = _split(kernel.shape, target)
+        a = jax.random.normal(jax.random.fold_in(rng, i), (*lead, fan_in, rank), jnp.float32)
+        node = adapters
+        for name in names[:-1]:
+            node = node.setdefault(name, {})
+        node[names[-1]] = {
+            "a": a / math.sqrt(fan_in),
+            "b": jnp.zeros((*lead, rank, fan_out), jnp.float32),
+        }
+    return adapters
+
+
+def _flat(adapters: Adapters) -> dict[tuple[str, ...], dict[str, jax.Array]]:
+    """{path names: {"a", "b"}} of a nested adapters tree."""
+    out = {}
+    for path, _ in jax.tree_util.tree_flatten_with_path(adapters)[0]:
+        names = _names(path)
+        node = adapters
+        for name in names[:-1]:
+            node = node[name]
+        out[names[:-1]] = node
+    return out
+
+
+def delta(adapter: dict[str, jax.Array], shape: tuple[int, ...]) -> jax.Array:
+    """A @ B (float32) in the layout of a kernel of `shape` (before the scale)."""
+    product = jnp.einsum("...ir,...ro->...io", adapter["a"], adapter["b"])
+    return product.reshape(shape)
+
+
+def merge(base: nnx.State, adapters: Adapters, scale: jax.Array | float) -> nnx.State:
+    """The adapted policy: each targeted kernel W -> W + scale * A @ B (in float32, stored in
+    W's dtype); every other parameter is the base's own array. Pure and differentiable in
+    `adapters`, so under `jax.grad` only A and B get gradients."""
+    flat = _flat(adapters)
+
+    def one(path, kernel):
+        adapter = flat.get(_names(path))
+        if adapter is None:
+            return kernel
+        update = scale * delta(adapter, kernel.shape)
+        return (kernel.astype(jnp.float32) + update).astype(kernel.dtype)
+
+    return jax.tree_util.tree_map_with_path(one, base)
+
+
+def full_params(base: FrozenBase | None, params: Any) -> nnx.State:
+    """The policy's parameters from a train state's (`base`, `params`): `params` themselves
+    without LoRA, the base merged with the adapters `params` with it."""
+    if base is None:
+        return params
+    return merge(base.params, params, base.scale)
+
+
+def merged_params(state: TrainState) -> nnx.State:
+    """The policy's full parameters of a train state (adapters merged in under LoRA): what the
+    sampler, evaluation and the Hugging Face export (`save_hf_checkpoint`) take."""
+    return full_params(state.base, state.params)
+
+
+def reference_params(state: TrainState, needs_reference: bool) -> nnx.State | None:
+    """The KL reference policy: under LoRA the frozen base itself (no second copy of the
+    weights) when the algorithm reads a reference, else `state.ref_params`."""
+    if state.base is None:
+        return state.ref_params
+    return state.base.params if needs_reference else None
+
+
+def fingerprint(base: nnx.State) -> jax.Array:
+    """[8] int32 digest of the base's paths, shapes, dtypes and each tensor's first values: a
+    checkpoint of adapters refuses to resume on another base."""
+    digest = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_flatten_with_path(base)[0]:
+        head = fetch(jnp.ravel(leaf)[:_FINGERPRINT_VALUES])
+        digest.update(repr((_names(path), leaf.shape, str(leaf.dtype))).encode())
+        digest.update(np.ascontiguousarray(head).tobytes())
+    return jnp.asarray(np.frombuffer(digest.digest(), np.int32))
+
+
+def frozen_base(base: nnx.State, rank: int, alpha: float) -> FrozenBase:
+    """The train state's frozen base for adapters of `rank` scaled by alpha / rank."""
+    return FrozenBase(params=base, scale=jnp.float32(alpha / rank), fingerprint=fingerprint(base))
+
+
+def count(tree: Any) -> int:
+    """Number of scalars in a pytree (trainable parameters of adapters or a full policy)."""
+    return sum(math.prod(x.shape) for x in jax.tree.leaves(tree))
