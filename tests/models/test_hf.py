@@ -10,20 +10,18 @@ import json
 import os
 
 import jax
-import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy
 from flax import nnx
+from hf_parity import hf_model, parity, random_params, torch_or_skip
 
 from rljax.models import (
     TransformerConfig,
-    abstract_model,
     config_from_hf,
     forward,
     load_hf_checkpoint,
-    positions_from_mask,
     save_hf_checkpoint,
 )
 
@@ -39,91 +37,9 @@ _SMALL = dict(
 )
 
 
-def _torch():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    torch.set_num_threads(1)
-    return torch
-
-
-def _rel_err(ours, ref) -> float:
-    ours, ref = np.asarray(ours, np.float64), np.asarray(ref, np.float64)
-    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
-
-
-def _batches(vocab: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """A full batch [2, 12] and a left-padded one (3 and 0 padding tokens)."""
-    rng = np.random.default_rng(0)
-    tokens = rng.integers(0, vocab, (2, 12)).astype(np.int32)
-    full = np.ones((2, 12), bool)
-    padded = full.copy()
-    padded[0, :3] = False
-    return [(tokens, full), (tokens, padded)]
-
-
-def _hf_logits(model, tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    torch = _torch()
-    positions = np.asarray(positions_from_mask(jnp.asarray(mask)))
-    with torch.no_grad():
-        out = model(
-            input_ids=torch.tensor(tokens, dtype=torch.long),
-            attention_mask=torch.tensor(mask, dtype=torch.long),
-            position_ids=torch.tensor(positions, dtype=torch.long),
-        )
-    return out.logits.float().numpy()
-
-
-def _parity(model, graphdef, params) -> float:
-    """Max relative logits error over real tokens of both batches."""
-    worst = 0.0
-    for tokens, mask in _batches(model.config.vocab_size):
-        ref = _hf_logits(model, tokens, mask)
-        ours, _ = _forward(
-            graphdef, params, jnp.asarray(tokens), positions_from_mask(mask), jnp.asarray(mask)
-        )
-        worst = max(worst, _rel_err(np.asarray(ours)[mask], ref[mask]))
-    return worst
-
-
 def _hf_model(model_type: str, **overrides):
-    """A tiny random HF causal LM with every weight, norm scale and bias randomised."""
-    torch = _torch()
-    import transformers
-
-    cls = {
-        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
-    }[model_type]
-    torch.manual_seed(0)
-    config = cls[0](**{**_SMALL, **overrides}, attn_implementation="eager")
-    model = cls[1](config).float().eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("bias"):  # HF initialises biases to zero, which would hide bugs.
-                p.normal_(0.0, 0.1)
-            elif "norm" in name:  # and norm scales to one.
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
-            else:
-                p.normal_(0.0, 0.1)
-    return model
-
-
-def _random_model(config: TransformerConfig, seed: int = 1) -> tuple[nnx.GraphDef, nnx.State]:
-    """(graphdef, params) with nonzero random leaves; norm scales near one.
-
-    Built from `abstract_model` with numpy randomness: faster than eager `create_model`, and
-    biases are nonzero (create_model zeroes them, which would hide a bias-mapping bug).
-    """
-    graphdef, params = abstract_model(config)
-    rng = np.random.default_rng(seed)
-    pure = jax.tree.map(
-        lambda s: jnp.asarray(
-            (0.1 * rng.standard_normal(s.shape) + (len(s.shape) == 1)).astype(np.float32)
-        ).astype(s.dtype),
-        nnx.to_pure_dict(params),
-    )
-    nnx.replace_by_pure_dict(params, pure)
-    return graphdef, params
+    """A tiny random transformers model of `model_type` (`_SMALL` with `overrides`)."""
+    return hf_model(model_type, {**_SMALL, **overrides})
 
 
 _LLAMA3_SCALING = dict(
@@ -180,20 +96,20 @@ def test_logits_match_transformers(case, tmp_path):
     config, graphdef, params = load_hf_checkpoint(tmp_path)
     for field, value in expect.items():
         assert getattr(config, field) == value, field
-    err = _parity(model, graphdef, params)
+    err = parity(model, graphdef, params)
     print(f"{case}: max relative logits error {err:.2e}")
     assert err < _TOL
 
 
 @pytest.mark.hf
 def test_sharded_and_bf16_checkpoints(tmp_path):
-    torch = _torch()
+    torch = torch_or_skip()
     model = _hf_model("qwen2")
     model.save_pretrained(tmp_path / "sharded", safe_serialization=True, max_shard_size="40KB")
     assert os.path.isfile(tmp_path / "sharded" / "model.safetensors.index.json")
     assert len(list((tmp_path / "sharded").glob("model-*.safetensors"))) > 1
     _, graphdef, params = load_hf_checkpoint(tmp_path / "sharded")
-    err = _parity(model, graphdef, params)
+    err = parity(model, graphdef, params)
     print(f"sharded: max relative logits error {err:.2e}")
     assert err < _TOL
 
@@ -209,7 +125,7 @@ def test_sharded_and_bf16_checkpoints(tmp_path):
 @pytest.mark.hf
 @pytest.mark.parametrize("model_type", ["qwen2", "llama"])
 def test_saved_checkpoint_loads_in_transformers(model_type, tmp_path):
-    _torch()
+    torch_or_skip()
     import transformers
 
     if model_type == "qwen2":
@@ -240,7 +156,7 @@ def test_saved_checkpoint_loads_in_transformers(model_type, tmp_path):
             rope_scaling=_LLAMA3_SCALING,
         )
         shard_size = 50_000  # also exercise our sharded writer
-    graphdef, params = _random_model(config, seed=3)
+    graphdef, params = random_params(config, seed=3)
     save_hf_checkpoint(
         tmp_path,
         config,
@@ -260,7 +176,7 @@ def test_saved_checkpoint_loads_in_transformers(model_type, tmp_path):
         type(model).__name__
         == {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}[model_type]
     )
-    err = _parity(model, graphdef, params)
+    err = parity(model, graphdef, params)
     print(f"ours -> transformers ({model_type}): max relative logits error {err:.2e}")
     assert err < _TOL
 
@@ -278,7 +194,7 @@ def _tiny_config(**changes) -> TransformerConfig:
 
 def _saved(tmp_path, config=None, **save_kwargs):
     config = config or _tiny_config()
-    _, params = _random_model(config)
+    _, params = random_params(config)
     save_hf_checkpoint(tmp_path, config, params, **save_kwargs)
     return config, params
 
@@ -456,9 +372,9 @@ def test_ignorable_buffers_and_tied_head(tmp_path):
 
 
 def test_save_rejects_biases_the_model_type_cannot_hold(tmp_path):
-    _, params = _random_model(_tiny_config(qkv_bias=False))
+    _, params = random_params(_tiny_config(qkv_bias=False))
     with pytest.raises(ValueError, match="model_type='llama'"):
         save_hf_checkpoint(tmp_path, _tiny_config(qkv_bias=False), params, model_type="qwen2")
-    _, params = _random_model(_tiny_config())
+    _, params = random_params(_tiny_config())
     with pytest.raises(ValueError, match="model_type='qwen2'"):
         save_hf_checkpoint(tmp_path, _tiny_config(), params, model_type="llama")

@@ -7,10 +7,10 @@ changes the logits; built in process, nothing is downloaded.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from hf_parity import hf_model, parity, random_params, torch_or_skip
 
 from rljax.models import (
     TransformerConfig,
@@ -18,7 +18,6 @@ from rljax.models import (
     config_from_hf,
     forward,
     load_hf_checkpoint,
-    positions_from_mask,
     save_hf_checkpoint,
 )
 from rljax.models.hf import config_to_hf
@@ -49,78 +48,9 @@ _CASES = {
 }
 
 
-def _torch():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    torch.set_num_threads(1)
-    return torch
-
-
-def _rel_err(ours, ref) -> float:
-    ours, ref = np.asarray(ours, np.float64), np.asarray(ref, np.float64)
-    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
-
-
-def _batches(vocab: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """A full batch [2, 12] and a left-padded one (3 and 0 padding tokens)."""
-    tokens = np.random.default_rng(0).integers(0, vocab, (2, 12)).astype(np.int32)
-    full = np.ones((2, 12), bool)
-    padded = full.copy()
-    padded[0, :3] = False
-    return [(tokens, full), (tokens, padded)]
-
-
-def _parity(model, graphdef, params) -> float:
-    """Max relative logits error against the HF model over the real tokens of both batches."""
-    torch = _torch()
-    worst = 0.0
-    for tokens, mask in _batches(model.config.vocab_size):
-        positions = positions_from_mask(jnp.asarray(mask))
-        with torch.no_grad():
-            ref = model(
-                input_ids=torch.tensor(tokens, dtype=torch.long),
-                attention_mask=torch.tensor(mask, dtype=torch.long),
-                position_ids=torch.tensor(np.asarray(positions), dtype=torch.long),
-            ).logits.numpy()
-        ours, _ = _forward(graphdef, params, jnp.asarray(tokens), positions, jnp.asarray(mask))
-        worst = max(worst, _rel_err(np.asarray(ours)[mask], ref[mask]))
-    return worst
-
-
 def _hf_model(model_type: str, **overrides):
-    """A tiny random HF causal LM; norm scales near one, every other weight N(0, 0.1)."""
-    torch = _torch()
-    import transformers
-
-    config_cls, model_cls = {
-        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
-        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
-        "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM),
-    }[model_type]
-    torch.manual_seed(0)
-    config = config_cls(**{**_SMALL, **overrides}, attn_implementation="eager")
-    model = model_cls(config).float().eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
-            else:
-                p.normal_(0.0, 0.1)
-    return model
-
-
-def _random_model(config: TransformerConfig, seed: int = 1) -> tuple[nnx.GraphDef, nnx.State]:
-    """(graphdef, params) with N(0, 0.1) leaves (norm scales and biases near 1)."""
-    graphdef, params = abstract_model(config)
-    rng = np.random.default_rng(seed)
-    pure = jax.tree.map(
-        lambda s: jnp.asarray(
-            (0.1 * rng.standard_normal(s.shape) + (len(s.shape) == 1)).astype(np.float32)
-        ),
-        nnx.to_pure_dict(params),
-    )
-    nnx.replace_by_pure_dict(params, pure)
-    return graphdef, params
+    """A tiny random transformers model of `model_type` (`_SMALL` with `overrides`)."""
+    return hf_model(model_type, {**_SMALL, **overrides})
 
 
 @pytest.mark.hf
@@ -132,19 +62,19 @@ def test_windowed_logits_match_transformers(model_type, tmp_path):
     config, graphdef, params = load_hf_checkpoint(tmp_path)
     for field, value in expect.items():
         assert getattr(config, field) == value, field
-    err = _parity(model, graphdef, params)
+    err = parity(model, graphdef, params)
     print(f"{model_type}: max relative logits error {err:.2e}")
     assert err < _TOL
     # The window matters: without it the same weights give other logits.
     full_graphdef, full = abstract_model(config.replace(sliding_window=None, layer_types=None))
     nnx.replace_by_pure_dict(full, nnx.to_pure_dict(params))
-    assert _parity(model, full_graphdef, full) > 1e-2
+    assert parity(model, full_graphdef, full) > 1e-2
 
 
 @pytest.mark.hf
 @pytest.mark.parametrize("model_type", sorted(_CASES))
 def test_saved_windowed_checkpoint_loads_in_transformers(model_type, tmp_path):
-    _torch()
+    torch_or_skip()
     import transformers
 
     base = dict(vocab_size=96, d_model=64, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=80)
@@ -160,7 +90,7 @@ def test_saved_windowed_checkpoint_loads_in_transformers(model_type, tmp_path):
             **base, sliding_window=5, num_experts=3, experts_per_token=2, expert_d_ff=48
         ),
     }[model_type]
-    graphdef, params = _random_model(config, seed=3)
+    graphdef, params = random_params(config, seed=3)
     save_hf_checkpoint(tmp_path, config, params, model_type=model_type)
     model = (
         transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="eager")
@@ -168,7 +98,7 @@ def test_saved_windowed_checkpoint_loads_in_transformers(model_type, tmp_path):
         .eval()
     )
     assert type(model).__name__ == config_to_hf(config, model_type)["architectures"][0]
-    err = _parity(model, graphdef, params)
+    err = parity(model, graphdef, params)
     print(f"ours -> transformers ({model_type}): max relative logits error {err:.2e}")
     assert err < _TOL
 
@@ -190,7 +120,7 @@ def test_windowed_save_load_round_trip_is_exact(model_type, tmp_path):
         ),
         "mixtral": TransformerConfig(**base, sliding_window=3, num_experts=3),
     }[model_type]
-    _, params = _random_model(config)
+    _, params = random_params(config)
     save_hf_checkpoint(tmp_path, config, params, model_type=model_type)
     loaded, _, params2 = load_hf_checkpoint(tmp_path)
     assert loaded == config

@@ -14,10 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from hf_parity import hf_model, parity, random_params, torch_or_skip
 
 from rljax.models import (
     TransformerConfig,
-    abstract_model,
     config_from_hf,
     forward,
     load_hf_checkpoint,
@@ -69,78 +69,9 @@ _CASES = {
 }
 
 
-def _torch():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    torch.set_num_threads(1)
-    return torch
-
-
-def _rel_err(ours, ref) -> float:
-    ours, ref = np.asarray(ours, np.float64), np.asarray(ref, np.float64)
-    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
-
-
 def _hf_model(model_type: str, **overrides):
-    """A tiny random transformers Qwen3 / Qwen3-MoE with every weight randomised (norm scales,
-    q_norm/k_norm included, near one; HF initialises them to exactly one, hiding mapping bugs)."""
-    torch = _torch()
-    import transformers
-
-    config_cls, model_cls = {
-        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
-        "qwen3_moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM),
-    }[model_type]
-    torch.manual_seed(0)
-    config = config_cls(**{**_SMALL, **overrides}, attn_implementation="eager")
-    model = model_cls(config).float().eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
-            else:
-                p.normal_(0.0, 0.1)
-    return model
-
-
-def _batches(vocab: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """A full batch [2, 12] and a left-padded one (3 padding tokens in row 0)."""
-    tokens = np.random.default_rng(0).integers(0, vocab, (2, 12)).astype(np.int32)
-    full = np.ones((2, 12), bool)
-    padded = full.copy()
-    padded[0, :3] = False
-    return [(tokens, full), (tokens, padded)]
-
-
-def _parity(model, graphdef, params) -> float:
-    """Max relative logits error against the transformers model over the real tokens."""
-    torch = _torch()
-    worst = 0.0
-    for tokens, mask in _batches(model.config.vocab_size):
-        positions = positions_from_mask(jnp.asarray(mask))
-        with torch.no_grad():
-            ref = model(
-                input_ids=torch.tensor(tokens, dtype=torch.long),
-                attention_mask=torch.tensor(mask, dtype=torch.long),
-                position_ids=torch.tensor(np.asarray(positions), dtype=torch.long),
-            ).logits.numpy()
-        ours, _ = _forward(graphdef, params, jnp.asarray(tokens), positions, jnp.asarray(mask))
-        worst = max(worst, _rel_err(np.asarray(ours)[mask], ref[mask]))
-    return worst
-
-
-def _random_params(config: TransformerConfig, seed: int) -> tuple[nnx.GraphDef, nnx.State]:
-    """(graphdef, params) with normal(0, 0.1) leaves, 1 + normal(0, 0.1) for norm scales."""
-    graphdef, params = abstract_model(config)
-    rng = np.random.default_rng(seed)
-    pure = jax.tree.map(
-        lambda s: jnp.asarray(
-            (0.1 * rng.standard_normal(s.shape) + (len(s.shape) == 1)).astype(np.float32)
-        ).astype(s.dtype),
-        nnx.to_pure_dict(params),
-    )
-    nnx.replace_by_pure_dict(params, pure)
-    return graphdef, params
+    """A tiny random transformers model of `model_type` (`_SMALL` with `overrides`)."""
+    return hf_model(model_type, {**_SMALL, **overrides})
 
 
 _QWEN3 = TransformerConfig(
@@ -161,7 +92,7 @@ def test_qwen3_logits_match_transformers(case, tmp_path):
         assert getattr(config, field) == value, field
     layer = nnx.to_pure_dict(params)["layers"][0]
     assert layer["attn"]["q_norm"]["weight"].shape == (model.config.head_dim,)
-    err = _parity(model, graphdef, params)
+    err = parity(model, graphdef, params)
     print(f"{case}: max relative logits error {err:.2e}")
     assert err < _TOL
 
@@ -169,11 +100,11 @@ def test_qwen3_logits_match_transformers(case, tmp_path):
 @pytest.mark.hf
 @pytest.mark.parametrize("model_type", ["qwen3", "qwen3_moe"])
 def test_saved_qwen3_loads_in_transformers(model_type, tmp_path):
-    _torch()
+    torch_or_skip()
     import transformers
 
     config = _QWEN3_MOE if model_type == "qwen3_moe" else _QWEN3.replace(tie_embeddings=True)
-    graphdef, params = _random_params(config, seed=3)
+    graphdef, params = random_params(config, seed=3)
     save_hf_checkpoint(tmp_path, config, params, model_type=model_type)
     model = (
         transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="eager")
@@ -182,7 +113,7 @@ def test_saved_qwen3_loads_in_transformers(model_type, tmp_path):
     )
     want = {"qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}[model_type]
     assert type(model).__name__ == want
-    err = _parity(model, graphdef, params)
+    err = parity(model, graphdef, params)
     print(f"ours -> transformers ({model_type}): max relative logits error {err:.2e}")
     assert err < _TOL
 
@@ -194,7 +125,7 @@ def test_qwen3_save_load_round_trip_is_exact(kind, tmp_path):
     else:
         config = _QWEN3.replace(qkv_bias=True, o_bias=True, tie_embeddings=True, rms_eps=1e-5)
         model_type, shard = "qwen3", None
-    _, params = _random_params(config, seed=4)
+    _, params = random_params(config, seed=4)
     save_hf_checkpoint(tmp_path, config, params, model_type=model_type, shard_size=shard)
     if shard is not None:  # the experts of a layer are spread over several files
         index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
@@ -330,7 +261,7 @@ def test_qwen3_config_errors(change, message):
     ],
 )
 def test_save_refuses_configs_the_qwen3_types_cannot_hold(config, model_type, message, tmp_path):
-    _, params = _random_params(config, seed=0)
+    _, params = random_params(config, seed=0)
     with pytest.raises(ValueError, match=message):
         save_hf_checkpoint(tmp_path, config, params, model_type=model_type)
 
@@ -405,7 +336,7 @@ def test_qwen3_gguf_loads_its_head_norms(tmp_path):
 
 @pytest.mark.hf
 def test_qwen3_gguf_logits_match_transformers(tmp_path):
-    torch = _torch()
+    torch = torch_or_skip()
     import transformers
 
     from rljax.models import load_gguf
@@ -416,7 +347,7 @@ def test_qwen3_gguf_logits_match_transformers(tmp_path):
     ).eval()
     assert type(model).__name__ == "Qwen3ForCausalLM"
     _, graphdef, params = load_gguf(str(tmp_path / "qwen3.gguf"))
-    err = _parity(model, graphdef, params)
+    err = parity(model, graphdef, params)
     print(f"qwen3 GGUF: max relative logits error {err:.2e}")
     assert err < _TOL
 
@@ -426,7 +357,7 @@ def test_validation_refuses_lope_with_a_qwen3_moe_checkpoint(tmp_path):
     from configs.grpo_addition import get_config
     from rljax.config import validate_config
 
-    _, params = _random_params(_QWEN3_MOE, seed=0)
+    _, params = random_params(_QWEN3_MOE, seed=0)
     extra = {"max_position_embeddings": 4096}
     save_hf_checkpoint(tmp_path, _QWEN3_MOE, params, model_type="qwen3_moe", extra_config=extra)
     config = get_config()
