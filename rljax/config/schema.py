@@ -89,6 +89,11 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
             "in the sequence length)",
             min=0,
         ),
+        "scan_layers": Key(
+            True,
+            "run the decoder blocks with a scan (compile time flat in depth); False unrolls "
+            "them (slower to compile)",
+        ),
     },
     # Open: the task's own settings (e.g. addition's min_digits) go to its constructor.
     "task": {

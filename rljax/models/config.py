@@ -61,6 +61,10 @@ class TransformerConfig:
         sliding_window: None, or w: a query at position p of a "sliding_attention" layer sees
             only the keys at positions in (p - w, p] (w keys, itself included; HF's
             convention), in every path (full forward, query chunks, packing, cached decoding).
+        scan_layers: True runs the stacked blocks with `jax.lax.scan`, so compile time stays
+            flat in depth; False unrolls the same scan (one copy of the block per layer in the
+            compiled program: slower to compile, sometimes faster to run). Execution only:
+            the parameters and the math are the same.
         layer_types: None, or one entry per layer from LAYER_TYPES; None means every layer is
             "sliding_attention" when `sliding_window` is set (Mistral) and "full_attention"
             otherwise. Qwen2's `max_window_layers` and interleaved local/global stacks
@@ -92,6 +96,7 @@ class TransformerConfig:
     causal: bool = True
     sliding_window: int | None = None
     layer_types: tuple[str, ...] | None = None
+    scan_layers: bool = True
 
     def __post_init__(self):
         if self.attention_chunk < 0:

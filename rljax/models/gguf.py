@@ -26,7 +26,7 @@ from flax import nnx
 
 from rljax.models.config import TransformerConfig
 from rljax.models.hf import _NP_DTYPES, _set_path, _specs
-from rljax.models.transformer import abstract_model
+from rljax.models.transformer import abstract_model, stack_layers
 
 _ARCHITECTURES = ("llama", "qwen2", "qwen3")
 _PERMUTED_QK = ("llama",)  # architectures whose q/k rows llama.cpp interleaves
@@ -297,5 +297,5 @@ def load_gguf(
             weight = _unpermute_qk(weight, heads[proj])
         value = np.ascontiguousarray(spec.to_ours(weight).astype(target))
         _set_path(pure, spec.path, jnp.asarray(value))
-    nnx.replace_by_pure_dict(params, pure)
+    nnx.replace_by_pure_dict(params, stack_layers(pure))
     return config, graphdef, params

@@ -26,7 +26,7 @@ import safetensors.numpy
 from flax import nnx
 
 from rljax.models.config import TransformerConfig
-from rljax.models.transformer import abstract_model
+from rljax.models.transformer import abstract_model, stack_layers, unstack_layers
 
 _ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -664,7 +664,7 @@ def load_hf_checkpoint(
             f"its config.json does not use, e.g. {extra[:5]}; the weights probably "
             "belong to another architecture or config"
         )
-    nnx.replace_by_pure_dict(params, pure)
+    nnx.replace_by_pure_dict(params, stack_layers(pure))
     return config, graphdef, params
 
 
@@ -714,6 +714,8 @@ def save_hf_checkpoint(
     hf_config = config_to_hf(config, model_type)
     hf_config.update(extra_config or {})
     pure = params if isinstance(params, dict) else nnx.to_pure_dict(params)
+    if "layers" in pure:  # the spec paths name layers one by one
+        pure = unstack_layers(pure)
     tensors: dict[str, np.ndarray] = {}
     for spec in _specs(config, model_type):
         try:

@@ -13,6 +13,12 @@ With `config.num_experts > 0` every block's MLP is a top-k mixture of experts
 routes used as a third output (None for dense models); without that flag every caller sees the
 same (output, cache) pair for dense and MoE models alike.
 
+The blocks are stacked: `Transformer.layers` is one `Block` whose parameters carry a leading
+layer axis [n_layers, ...] (logical axis "layers"), run by `jax.lax.scan`, so compile time does
+not grow with depth (`TransformerConfig.scan_layers=False` unrolls the same scan). Per-layer
+differences that are data (sliding windows) ride along the scan. Checkpoint formats that
+name layers one by one convert with `stack_layers` / `unstack_layers`.
+
 Padding convention: `mask` marks real tokens; `positions` are RoPE positions (for left-padded
 prompts, `positions_from_mask(mask)`). A token attends to the earlier real tokens in the same
 row and to itself; in a sliding-window layer (`TransformerConfig.layer_windows`) only to those
@@ -39,15 +45,15 @@ class KVCache:
     """Preallocated keys/values for incremental decoding.
 
     Attributes:
-      keys: per layer, [B, S, n_kv_heads, head_dim] in the compute dtype.
-      values: per layer, [B, S, n_kv_heads, head_dim].
+      keys: [n_layers, B, S, n_kv_heads, head_dim] in the compute dtype.
+      values: [n_layers, B, S, n_kv_heads, head_dim].
       valid: [B, S] bool, which cache slots hold a real (non-padding) token.
       positions: [B, S] int32, the RoPE position of each slot's token (for sliding windows).
       index: int32 scalar, the next slot to write.
     """
 
-    keys: tuple[jax.Array, ...]
-    values: tuple[jax.Array, ...]
+    keys: jax.Array
+    values: jax.Array
     valid: jax.Array
     positions: jax.Array
     index: jax.Array
@@ -55,11 +61,10 @@ class KVCache:
 
 def init_cache(config: TransformerConfig, batch_size: int, max_len: int) -> KVCache:
     """An empty cache with room for `max_len` tokens per row."""
-    shape = (batch_size, max_len, config.n_kv_heads, config.resolved_head_dim)
-    zeros = lambda: jnp.zeros(shape, config.compute_dtype)
+    shape = (config.n_layers, batch_size, max_len, config.n_kv_heads, config.resolved_head_dim)
     return KVCache(
-        keys=tuple(zeros() for _ in range(config.n_layers)),
-        values=tuple(zeros() for _ in range(config.n_layers)),
+        keys=jnp.zeros(shape, config.compute_dtype),
+        values=jnp.zeros(shape, config.compute_dtype),
         valid=jnp.zeros((batch_size, max_len), bool),
         positions=jnp.zeros((batch_size, max_len), jnp.int32),
         index=jnp.zeros((), jnp.int32),
@@ -187,37 +192,27 @@ class Attention(nnx.Module):
             y = getattr(self, f"{name}_norm")(y)
         return y
 
-    def __call__(self, x, positions, inv_freq, allowed, kv=None, index=None):
-        """Attention of x [B,T,D] over itself, or over a layer cache.
-
-        Args:
-          allowed: [B, T, S] bool, which key slots each query may see.
-          kv: None, or this layer's (keys, values) cache, each [B, S, K, head_dim]; this call's
-            keys and values are written at slots `index .. index + T` first.
-
-        Returns:
-          out [B, T, D] and the updated (keys, values) (None without a cache).
-        """
-        cfg, dt = self.config, self.config.compute_dtype
+    def qkv(self, x, positions, inv_freq):
+        """Queries, keys and values of x [B, T, D], RoPE applied: [B, T, heads, head_dim]."""
         q = apply_rope(self._project(x, "q"), positions, inv_freq)
-        k_all = apply_rope(self._project(x, "k"), positions, inv_freq)
-        v_all = self._project(x, "v")
-        if kv is not None:
-            start = (0, index, 0, 0)
-            k_all = jax.lax.dynamic_update_slice(kv[0], k_all.astype(kv[0].dtype), start)
-            v_all = jax.lax.dynamic_update_slice(kv[1], v_all.astype(kv[1].dtype), start)
-            kv = (k_all, v_all)
+        k = apply_rope(self._project(x, "k"), positions, inv_freq)
+        return q, k, self._project(x, "v")
+
+    def attend(self, q, keys, values, allowed):
+        """The attention output [B, T, D] of queries q [B, T, H, head_dim] over keys and
+        values [B, S, K, head_dim], each query seeing the key slots `allowed` [B, T, S]."""
+        cfg, dt = self.config, self.config.compute_dtype
         b, t, h, hd = q.shape
         q = q.reshape(b, t, cfg.n_kv_heads, h // cfg.n_kv_heads, hd)
         chunk = cfg.attention_chunk
-        if kv is None and 0 < chunk < t:
-            out = _query_chunked_attention(q, k_all, v_all, allowed, dt, chunk)
+        if 0 < chunk < t:
+            out = _query_chunked_attention(q, keys, values, allowed, dt, chunk)
         else:
-            out = _attention_core(q, k_all, v_all, allowed, dt)
+            out = _attention_core(q, keys, values, allowed, dt)
         out = jnp.einsum("bthk,hkd->btd", out.reshape(b, t, h, hd), self.o_proj[...].astype(dt))
         if cfg.o_bias:
             out = out + self.o_bias[...].astype(dt)
-        return out, kv
+        return out
 
 
 class MLP(nnx.Module):
@@ -249,42 +244,90 @@ class Block(nnx.Module):
         self.mlp = MoEMLP(config, rngs=rngs) if config.num_experts else MLP(config, rngs=rngs)
 
 
-def _block(layer: Block, x, positions, inv_freq, allowed, kv, index, routes, num_experts: int):
-    """One decoder block: (x, the block's new kv, the MoE routes it used or None)."""
-    out, kv = layer.attn(layer.attn_norm(x), positions, inv_freq, allowed, kv, index)
-    x = x + out
+@chex.dataclass
+class _LayerCache:
+    """The stacked cache arrays [n_layers, B, S, K, head_dim] inside the layer scan, with the
+    scanned layer's index and the slot where this call's tokens go."""
+
+    keys: jax.Array
+    values: jax.Array
+    layer: jax.Array
+    index: jax.Array
+
+    def write(self, k: jax.Array, v: jax.Array) -> tuple[_LayerCache, jax.Array, jax.Array]:
+        """Writes this call's k, v [B, T, K, head_dim] into the layer's slots in place and
+        returns the new cache with the layer's whole keys and values [B, S, K, head_dim]."""
+        start = (self.layer, 0, self.index, 0, 0)
+        keys = jax.lax.dynamic_update_slice(self.keys, k[None].astype(self.keys.dtype), start)
+        values = jax.lax.dynamic_update_slice(self.values, v[None].astype(self.values.dtype), start)
+        new = _LayerCache(keys=keys, values=values, layer=self.layer, index=self.index)
+        return new, keys[self.layer], values[self.layer]
+
+
+def _block(layer: Block, x, positions, inv_freq, allowed, cache, routes, num_experts: int):
+    """One decoder block: (x, the updated `_LayerCache` or None, the MoE routes it used or
+    None)."""
+    q, k, v = layer.attn.qkv(layer.attn_norm(x), positions, inv_freq)
+    if cache is not None:
+        cache, k, v = cache.write(k, v)
+    x = x + layer.attn.attend(q, k, v, allowed)
     used = None
     if num_experts:
         out, used = layer.mlp(layer.mlp_norm(x), routes)
     else:
         out = layer.mlp(layer.mlp_norm(x))
-    return x + out, kv, used
+    return x + out, cache, used
 
 
-def _windowed(
-    allowed: jax.Array,
-    q_positions: jax.Array,
-    k_positions: jax.Array,
-    windows: tuple[int | None, ...],
-) -> list[jax.Array]:
-    """Per layer, `allowed` [B, T, S] narrowed to its sliding window, if it has one: a query
-    at position p keeps the keys at positions in (p - window, p] (q_positions [B, T],
-    k_positions [B, S]). Layers sharing a window share one mask."""
-    if not any(windows):
-        return [allowed] * len(windows)
-    distance = q_positions[:, :, None] - k_positions[:, None, :]
-    masks = {w: allowed if w is None else allowed & (distance < w) for w in dict.fromkeys(windows)}
-    return [masks[w] for w in windows]
+def stack_layers(pure: dict) -> dict:
+    """A pure params dict with per-layer blocks {"layers": {0: {...}, 1: {...}}} (the layout
+    of checkpoint formats that name layers one by one) -> the model's stacked layout
+    {"layers": {...}} whose leaves carry a leading layer axis."""
+    layers = pure["layers"]
+    per_layer = [layers[i] for i in sorted(layers)]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *per_layer)
+    return {**pure, "layers": stacked}
+
+
+def unstack_layers(pure: dict) -> dict:
+    """The inverse of `stack_layers`: {"layers": {i: {...}}} from the stacked layout."""
+    layers = pure["layers"]
+    n = jax.tree.leaves(layers)[0].shape[0]
+    return {**pure, "layers": {i: jax.tree.map(lambda x, i=i: x[i], layers) for i in range(n)}}
+
+
+def _stacked_block(blocks: list[Block]) -> Block:
+    """One Block whose parameters stack those of `blocks` along a new leading "layers" axis."""
+    graphdef, first = nnx.split(blocks[0])
+    states = [first] + [nnx.split(b)[1] for b in blocks[1:]]
+
+    def stack(*variables: nnx.Variable) -> nnx.Variable:
+        axes = variables[0].get_metadata()["out_sharding"]
+        value = jnp.stack([v[...] for v in variables])
+        return variables[0].replace(value, out_sharding=("layers", *axes))
+
+    is_variable = lambda x: isinstance(x, nnx.Variable)
+    return nnx.merge(graphdef, jax.tree.map(stack, *states, is_leaf=is_variable))
+
+
+def _window_sizes(config: TransformerConfig) -> jax.Array | None:
+    """Per layer, the sliding window its queries see as int32 [n_layers] (full attention:
+    the int32 maximum), or None when no layer has a window."""
+    if not any(config.layer_windows):
+        return None
+    full = jnp.iinfo(jnp.int32).max
+    return jnp.asarray([full if w is None else w for w in config.layer_windows], jnp.int32)
 
 
 class Transformer(nnx.Module):
-    """Llama/Qwen2 decoder. Call `hidden_states` then `logits`, or `__call__` for both."""
+    """Llama/Qwen2 decoder over stacked blocks. Call `hidden_states` then `logits`, or
+    `__call__` for both."""
 
     def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
         self.config = config
         pd = config.storage_dtype
         self.embed = _param(rngs, (config.vocab_size, config.d_model), ("vocab", "embed"), pd, 0.02)
-        self.layers = nnx.List([Block(config, rngs=rngs) for _ in range(config.n_layers)])
+        self.layers = _stacked_block([Block(config, rngs=rngs) for _ in range(config.n_layers)])
         self.final_norm = RMSNorm(config.d_model, config.rms_eps, pd, rngs=rngs)
         if not config.tie_embeddings:
             self.lm_head = _param(
@@ -347,42 +390,59 @@ class Transformer(nnx.Module):
             if cache is not None:
                 raise ValueError("segment_ids (packed sequences) need a full forward pass")
             allowed = allowed & (segment_ids[:, :, None] == segment_ids[:, None, :])
-        layer_allowed = _windowed(allowed, positions, k_positions, cfg.layer_windows)
+        windows = _window_sizes(cfg)
+        distance = None if windows is None else positions[:, :, None] - k_positions[:, None, :]
         inv_freq = rope_frequencies(cfg)
         x = self.embed[...].astype(cfg.compute_dtype)[tokens]
-        new_keys, new_values, used = [], [], []
+        block_def, block_params = nnx.split(self.layers)
 
-        def block(layer, x, positions, inv_freq, allowed, kv, index, routes):
-            return _block(
-                layer, x, positions, inv_freq, allowed, kv, index, routes, cfg.num_experts
+        def body(carry, per_layer):
+            x, layer_cache = carry
+            params, window, layer_routes = per_layer
+            layer_allowed = allowed if window is None else allowed & (distance < window)
+            x, layer_cache, used = _block(
+                nnx.merge(block_def, params),
+                x,
+                positions,
+                inv_freq,
+                layer_allowed,
+                layer_cache,
+                layer_routes,
+                cfg.num_experts,
             )
+            if layer_cache is not None:
+                layer_cache = layer_cache.replace(layer=layer_cache.layer + 1)
+            return (x, layer_cache), used
 
         if cfg.remat == "block" and cache is None:
-            block = nnx.remat(block)
-        for i, layer in enumerate(self.layers):
-            kv = None if cache is None else (cache.keys[i], cache.values[i])
-            index = None if cache is None else cache.index
-            layer_routes = None if routes is None else routes[:, :, i]
-            x, kv, layer_used = block(
-                layer, x, positions, inv_freq, layer_allowed[i], kv, index, layer_routes
+            body = jax.checkpoint(body, prevent_cse=False)
+        layer_cache = None
+        if cache is not None:
+            layer_cache = _LayerCache(
+                keys=cache.keys,
+                values=cache.values,
+                layer=jnp.zeros((), jnp.int32),
+                index=cache.index,
             )
-            if cfg.num_experts:
-                used.append(layer_used)
-            if kv is not None:
-                new_keys.append(kv[0])
-                new_values.append(kv[1])
+        layer_routes = None if routes is None else jnp.moveaxis(routes, 2, 0)
+        (x, layer_cache), used = jax.lax.scan(
+            body,
+            (x, layer_cache),
+            (block_params, windows, layer_routes),
+            unroll=1 if cfg.scan_layers else cfg.n_layers,
+        )
         hidden = self.final_norm(x)
         if cache is not None:
             cache = KVCache(
-                keys=tuple(new_keys),
-                values=tuple(new_values),
+                keys=layer_cache.keys,
+                values=layer_cache.values,
                 valid=k_valid,
                 positions=k_positions,
                 index=cache.index + t,
             )
         if not return_routes:
             return hidden, cache
-        return hidden, cache, jnp.stack(used, axis=2) if used else None
+        return hidden, cache, None if used is None else jnp.moveaxis(used, 0, 2)
 
     def output_head(self) -> jax.Array:
         """The [d_model, vocab] output matrix in the compute dtype (the embedding when tied)."""

@@ -29,6 +29,7 @@ DEFAULT_RULES: Mapping[str, MeshAxes] = {
     "head_dim": None,
     "norm": None,
     "expert": "expert",
+    "layers": None,  # the stacked blocks' leading axis: every device holds every layer's slice
 }
 
 

@@ -11,6 +11,7 @@ from rljax.quant.corrections import (
     macro_block_quantize_mx,
     outlier_fallback_mx,
     quantize_params,
+    transformer_batch_axes,
     transformer_reduction_axes,
 )
 from rljax.quant.decompose import MXError, decompose_mx, mx_error_metrics
@@ -48,6 +49,7 @@ __all__ = [
     "outlier_fallback_mx",
     "quantize_fp8",
     "quantize_params",
+    "transformer_batch_axes",
     "transformer_reduction_axes",
     "adaptive_is",
     "ais_lambda",

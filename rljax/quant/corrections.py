@@ -308,33 +308,49 @@ def add_norm_noise(
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
-# Kernels of rljax.models.transformer and how many of their leading axes are contracted
-# with the input (x @ W, W [in, out]: reduction axis 0; o_proj [heads, head_dim, d_model]
-# contracts its first two axes).
-_KERNEL_LEADING_AXES = {
-    "q_proj": 1,
-    "k_proj": 1,
-    "v_proj": 1,
-    "o_proj": 2,
-    "gate_proj": 1,
-    "up_proj": 1,
-    "down_proj": 1,
-    "lm_head": 1,
+# Kernels of rljax.models.transformer: (how many of one kernel's leading axes are contracted
+# with the input, the rank of one kernel). x @ W, W [in, out]: reduction axis 0; o_proj
+# [heads, head_dim, d_model] contracts its first two axes. Axes before one kernel's index
+# separate kernels: the stacked layers (and a MoE layer's experts).
+_KERNELS = {
+    "q_proj": (1, 3),
+    "k_proj": (1, 3),
+    "v_proj": (1, 3),
+    "o_proj": (2, 3),
+    "gate_proj": (1, 2),
+    "up_proj": (1, 2),
+    "down_proj": (1, 2),
+    "lm_head": (1, 2),
 }
 
 
 def transformer_reduction_axes(names: tuple[str, ...], leaf) -> int | None:
     """The default kernel rule of `quantize_params` for `rljax.models.transformer` params.
 
-    Returns the number of leading axes contracted with the input: 1 for q/k/v_proj
-    [d_model, heads, head_dim], gate/up_proj [d_model, d_ff], down_proj [d_ff, d_model] and
-    lm_head [d_model, vocab]; 2 for o_proj [heads, head_dim, d_model]; None (not quantised)
-    for everything else: norm weights, biases (q_bias is 2-D but not a kernel) and the
-    embedding (a lookup table; with tie_embeddings it is also the output head, contracted
-    along its axis 1; pass your own rule to quantise it).
+    Returns the number of leading axes of one kernel contracted with the input: 1 for
+    q/k/v_proj [d_model, heads, head_dim], gate/up_proj [d_model, d_ff], down_proj
+    [d_ff, d_model] and lm_head [d_model, vocab]; 2 for o_proj [heads, head_dim, d_model];
+    None (not quantised) for everything else: norm weights, biases (q_bias is 2-D but not a
+    kernel) and the embedding (a lookup table; with tie_embeddings it is also the output
+    head, contracted along its axis 1; pass your own rule to quantise it).
     """
     del leaf
-    return _KERNEL_LEADING_AXES.get(names[-1]) if names else None
+    kernel = _KERNELS.get(names[-1]) if names else None
+    return None if kernel is None else kernel[0]
+
+
+def transformer_batch_axes(names: tuple[str, ...], leaf) -> int:
+    """The default batch rule of `quantize_params`: how many leading axes of a kernel leaf
+    index separate kernels (the stacked layers' axis, a MoE layer's experts); 0 otherwise."""
+    kernel = _KERNELS.get(names[-1]) if names else None
+    return 0 if kernel is None else max(leaf.ndim - kernel[1], 0)
+
+
+def kernel_batch(leaf: jax.Array, batch: int, r: int) -> jax.Array:
+    """A leaf whose first `batch` axes index kernels, each contracting its next r axes, as
+    [kernels, prod(contracted axes), *output axes] (row-major, as in the matmul)."""
+    lead, kernel = leaf.shape[:batch], leaf.shape[batch:]
+    return leaf.reshape((math.prod(lead), math.prod(kernel[:r])) + kernel[r:])
 
 
 def quantize_params(
@@ -343,12 +359,14 @@ def quantize_params(
     reduction_axes: Callable[[tuple[str, ...], jax.Array], int | None] = (
         transformer_reduction_axes
     ),
+    batch_axes: Callable[[tuple[str, ...], jax.Array], int] = transformer_batch_axes,
 ):
     """Applies a fake-quantiser to every kernel of a params pytree along its reduction axis.
 
-    For a leaf with r = reduction_axes(path_names(path), leaf) not None, the leaf is
-    reshaped to [prod(shape[:r]), *shape[r:]] (the contracted axes flattened in row-major
-    order, as in the matmul), passed as fn(w, axis=0), and reshaped back; every other leaf
+    For a leaf with r = reduction_axes(path_names(path), leaf) not None, each of its kernels
+    (the leaf past its b = batch_axes(...) leading axes, e.g. one layer of the stacked
+    blocks) is reshaped to [prod(shape[:r]), *shape[r:]] (the contracted axes flattened in
+    row-major order, as in the matmul), passed as fn(w, axis=0), and reshaped back; every other leaf
     is returned unchanged (the same array). So MX blocks run along the input dimension of
     y = x @ W, as MX matmuls need. Jittable when fn is.
 
@@ -356,8 +374,10 @@ def quantize_params(
       params: a pytree of arrays, e.g. an `nnx.State` from `create_model`.
       fn: a fake-quantiser taking (array, axis=...), e.g.
         functools.partial(quantize_mx, fmt="mxfp4") or quantize_fp8.
-      reduction_axes: (path names, leaf) -> number of leading contracted axes, or None to
-        leave the leaf alone; default `transformer_reduction_axes`.
+      reduction_axes: (path names, leaf) -> number of leading contracted axes of one kernel,
+        or None to leave the leaf alone; default `transformer_reduction_axes`.
+      batch_axes: (path names, leaf) -> number of leading axes that index kernels; default
+        `transformer_batch_axes`.
 
     Returns:
       A pytree with params' structure.
@@ -373,11 +393,12 @@ def quantize_params(
         if r is None:
             out.append(leaf)
             continue
-        if not (isinstance(r, int) and 1 <= r < leaf.ndim):
+        b = batch_axes(names, leaf)
+        if not (isinstance(r, int) and 1 <= r < leaf.ndim - b):
             raise ValueError(
-                f"reduction_axes gave {r!r} for {'/'.join(names)} of shape {leaf.shape}; "
-                "need 1 <= r < ndim"
+                f"reduction_axes gave {r!r} for {'/'.join(names)} of shape {leaf.shape} "
+                f"with {b} batch axes; need 1 <= r < ndim - batch axes"
             )
-        w = leaf.reshape((math.prod(leaf.shape[:r]),) + leaf.shape[r:])
-        out.append(fn(w, axis=0).reshape(leaf.shape))
+        w = kernel_batch(leaf, b, r)
+        out.append(jax.lax.map(lambda k: fn(k, axis=0), w).reshape(leaf.shape))
     return jax.tree_util.tree_unflatten(treedef, out)

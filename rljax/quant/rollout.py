@@ -9,7 +9,6 @@ of kernel and split into the three MX error components.
 
 import dataclasses
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -18,10 +17,12 @@ from rljax.quant.corrections import (
     add_norm_noise,
     aqn_sigma,
     check_aqn_schedule,
+    kernel_batch,
     macro_block_quantize_mx,
     outlier_fallback_mx,
     path_names,
     quantize_params,
+    transformer_batch_axes,
     transformer_reduction_axes,
 )
 from rljax.quant.decompose import mx_error_metrics
@@ -177,16 +178,16 @@ def rollout_error_metrics(params, weights: RolloutWeights, prefix: str = "quant"
         r = transformer_reduction_axes(names, leaf)
         if r is None:
             continue
-        w = leaf.reshape((math.prod(leaf.shape[:r]),) + leaf.shape[r:]).astype(jnp.float32)
+        w = kernel_batch(leaf, transformer_batch_axes(names, leaf), r).astype(jnp.float32)
         parts = {
             "weight": jnp.sum(jnp.square(w)),
-            "rel_error": jnp.sum(jnp.square(fn(w, axis=0) - w)),
+            "rel_error": jnp.sum(jnp.square(jax.lax.map(lambda k: fn(k, axis=0), w) - w)),
         }
         if weights.format.startswith("mx"):
-            m = mx_error_metrics(w, fmt=weights.format, axis=0)
+            m = jax.lax.map(lambda k: mx_error_metrics(k, fmt=weights.format, axis=0), w)
             for key in ("scale_bias", "deadzone", "grid_noise", "error"):
-                parts["mx_error" if key == "error" else key] = jnp.square(m[f"{key}_norm"])
-            parts["deadzone_frac"] = m["deadzone_frac"] * w.size
+                parts["mx_error" if key == "error" else key] = jnp.sum(jnp.square(m[f"{key}_norm"]))
+            parts["deadzone_frac"] = jnp.sum(m["deadzone_frac"]) * w[0].size
             parts["size"] = jnp.float32(w.size)
         for kind in (names[-1], None):
             group = squares.setdefault(kind, {})

@@ -55,6 +55,7 @@ FREE_KEYS = frozenset(
         "mesh",  # sharding: the same maths on another device layout
         "model.remat",  # recomputation in the backward pass
         "model.attention_chunk",  # attention in query chunks, the same scores
+        "model.scan_layers",  # the same blocks, scanned or unrolled
         "reward.workers",
         "reward.kind",
         "reward.timeout_s",

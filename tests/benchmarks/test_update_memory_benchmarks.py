@@ -42,7 +42,8 @@ def test_model_flops_against_parameter_count_and_hand_formula():
     )
     _, params = create_model(cfg)
     flat = nnx.to_flat_state(params)
-    layer_weights = sum(v[...].size for path, v in flat if path[0] == "layers" and v[...].ndim > 1)
+    # The stacked blocks' matrices: [n_layers, ...] of rank > 2 (norm scales are [n_layers, d]).
+    layer_weights = sum(v[...].size for path, v in flat if path[0] == "layers" and v[...].ndim > 2)
     assert cfg.n_layers * update.block_matmul_params(cfg) == layer_weights
     f = update.model_flops(cfg, batch=2, prompt=3, completion=5)
     assert f["trunk"] == 6 * layer_weights * 2 * 8

@@ -23,6 +23,7 @@ from rljax.models import (
     load_gguf,
     positions_from_mask,
 )
+from rljax.models.transformer import unstack_layers
 
 Q = gguf.GGMLQuantizationType
 _D, _F, _HEADS, _KV, _LAYERS = 64, 128, 4, 2, 2
@@ -197,7 +198,7 @@ def test_f32_weights_come_back_in_hf_layout(files, name):
     """q/k rows are un-permuted for llama (written permuted) and left alone for qwen2."""
     path, hf = files[name]
     config, _, params = load_gguf(path)
-    pure = nnx.to_pure_dict(params)
+    pure = unstack_layers(nnx.to_pure_dict(params))
     layer = pure["layers"][1]
     np.testing.assert_array_equal(pure["embed"], hf["token_embd.weight"])
     np.testing.assert_array_equal(
@@ -219,7 +220,7 @@ def test_quantized_weights_dequantize_like_gguf(files):
     """Each quantized tensor equals gguf's own quantize -> dequantize round trip of it."""
     path, hf = files["mixed"]
     _, _, params = load_gguf(path, param_dtype="float32")
-    pure = nnx.to_pure_dict(params)
+    pure = unstack_layers(nnx.to_pure_dict(params))
     round_trip = lambda name: gguf.quants.dequantize(  # noqa: E731
         gguf.quants.quantize(hf[name], _MIXED[name]), _MIXED[name]
     )

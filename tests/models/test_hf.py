@@ -117,7 +117,7 @@ def test_sharded_and_bf16_checkpoints(tmp_path):
     q_ref = model.model.layers[1].self_attn.q_proj.weight.detach().float().numpy()  # [H*hd, D]
     for param_dtype, np_dtype in (("float32", np.float32), ("bfloat16", ml_dtypes.bfloat16)):
         config, _, params = load_hf_checkpoint(tmp_path / "bf16", param_dtype=param_dtype)
-        q = np.asarray(params["layers"][1]["attn"]["q_proj"][...])
+        q = np.asarray(params["layers"]["attn"]["q_proj"][...][1])
         assert q.dtype == np_dtype
         np.testing.assert_array_equal(q.astype(np.float32).reshape(64, -1).T, q_ref)
 

@@ -63,10 +63,10 @@ def test_merge_is_w_plus_scaled_a_times_b_per_kernel_layout(config):
         np.testing.assert_allclose(merged[key], want, rtol=1e-6, atol=1e-6)
         changed.add(key)
     assert {k.split("[")[-1] for k in changed} >= {"'q_proj'].value", "'o_proj'].value"}
-    assert len(changed) == 7 * config.n_layers  # q, k, v, o, gate, up, down
-    if config.num_experts:  # one adapter per expert: A [E, in, r], B [E, r, out]
-        up = lora._flat(adapters)[("layers", "0", "mlp", "up_proj")]
-        assert up["a"].shape == (4, 16, 3) and up["b"].shape[:2] == (4, 3)
+    assert len(changed) == 7  # q, k, v, o, gate, up, down, each stacked over the layers
+    if config.num_experts:  # per layer and expert: A [L, E, in, r], B [L, E, r, out]
+        up = lora._flat(adapters)[("layers", "mlp", "up_proj")]
+        assert up["a"].shape == (1, 4, 16, 3) and up["b"].shape[:3] == (1, 4, 3)
     for key in set(before) - changed:  # embeddings, norms, router, head: the base's own
         np.testing.assert_array_equal(merged[key], before[key])
 
@@ -83,8 +83,8 @@ def test_fresh_adapters_merge_to_the_base_bit_for_bit(param_dtype):
         assert merged[key].tobytes() == before[key].tobytes(), key
     # A is random (scaled by 1/sqrt(fan-in)) and B zero: the gradient reaches B first.
     flat = lora._flat(adapters)
-    q = flat[("layers", "0", "attn", "q_proj")]
-    assert q["a"].shape == (16, 4) and q["b"].shape == (4, 16)
+    q = flat[("layers", "attn", "q_proj")]  # one adapter per layer
+    assert q["a"].shape == (2, 16, 4) and q["b"].shape == (2, 4, 16)
     assert 0.1 < float(jnp.std(q["a"])) * 4 < 2.0 and not np.any(np.asarray(q["b"]))
 
 

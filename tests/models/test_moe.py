@@ -10,7 +10,13 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from rljax.models.config import TransformerConfig
 from rljax.models.moe import MoEMLP, expert_load, route
-from rljax.models.transformer import abstract_model, forward, positions_from_mask
+from rljax.models.transformer import (
+    abstract_model,
+    forward,
+    positions_from_mask,
+    stack_layers,
+    unstack_layers,
+)
 from rljax.parallel.mesh import make_mesh
 from rljax.parallel.rules import param_shardings
 from rljax.rollout.sampler import generate
@@ -127,11 +133,11 @@ def test_replayed_routes_take_the_current_probabilities():
 
 def with_routers(params, fn):
     """A copy of `params` with every layer's router replaced by fn(layer index, router)."""
-    pure = nnx.to_pure_dict(params)
+    pure = unstack_layers(nnx.to_pure_dict(params))
     for i, layer in pure["layers"].items():
         layer["mlp"]["router"] = fn(int(i), layer["mlp"]["router"])
     _, template = abstract_model(MOE)  # shapes only: no random initialisation
-    nnx.replace_by_pure_dict(template, pure)
+    nnx.replace_by_pure_dict(template, stack_layers(pure))
     return template
 
 
@@ -230,7 +236,7 @@ def test_replay_keeps_the_rollout_experts_after_the_router_changes(rollout_and_m
         )
         return lp.sum()
 
-    grads = nnx.to_pure_dict(jax.jit(jax.grad(total_logprob))(changed))
+    grads = unstack_layers(nnx.to_pure_dict(jax.jit(jax.grad(total_logprob))(changed)))
     directions = [np.random.default_rng(20 + i).normal(size=(16, 4)) for i in range(2)]
     slope = 0.0
     for i, layer in grads["layers"].items():
@@ -252,13 +258,13 @@ def test_one_expert_moe_equals_the_dense_model_and_dense_paths_are_unchanged():
     dense, _ = fwd(graphdef, params, tokens, positions, mask)
     # A 1-expert top-1 MoE with the dense MLP's weights is the dense model (weight 1).
     one = dense_config.replace(num_experts=1, experts_per_token=1)
-    pure = nnx.to_pure_dict(params)
+    pure = unstack_layers(nnx.to_pure_dict(params))
     for layer in pure["layers"].values():
         mlp = layer["mlp"]
         layer["mlp"] = {name: mlp[name][None] for name in ("gate_proj", "up_proj", "down_proj")}
         layer["mlp"]["router"] = jnp.zeros((DENSE.d_model, 1))
     graphdef_one, template = abstract_model(one)
-    nnx.replace_by_pure_dict(template, pure)
+    nnx.replace_by_pure_dict(template, stack_layers(pure))
     moe_logits, _ = fwd(graphdef_one, template, tokens, positions, mask)
     np.testing.assert_allclose(moe_logits, dense, atol=1e-6, rtol=1e-6)
     # The dense model has no router, reports no routes and refuses routes.
@@ -306,13 +312,13 @@ def test_expert_parallel_mesh_shards_experts_and_matches_single_device(rollout_a
     mesh = make_mesh(1, 2, 2, expert=2)
     assert dict(mesh.shape) == {"data": 1, "fsdp": 2, "tensor": 2, "expert": 2}
     shardings = param_shardings(params, mesh)
-    gate = shardings["layers"][0]["mlp"]["gate_proj"]
-    assert gate.spec == PartitionSpec("expert", "fsdp", "tensor")
-    assert shardings["layers"][0]["mlp"]["router"].spec == PartitionSpec("fsdp", None)
+    gate = shardings["layers"]["mlp"]["gate_proj"]  # [layers, experts, d_model, d_ff]
+    assert gate.spec == PartitionSpec(None, "expert", "fsdp", "tensor")
+    assert shardings["layers"]["mlp"]["router"].spec == PartitionSpec(None, "fsdp", None)
     sharded_params = jax.device_put(params, shardings)
-    (gate_value,) = jax.tree.leaves(sharded_params["layers"][0]["mlp"]["gate_proj"])
-    # 4 experts / expert 2, d_model 16 / fsdp 2, expert_d_ff 8 / tensor 2.
-    assert gate_value.addressable_shards[0].data.shape == (2, 8, 4)
+    (gate_value,) = jax.tree.leaves(sharded_params["layers"]["mlp"]["gate_proj"])
+    # 2 layers, 4 experts / expert 2, d_model 16 / fsdp 2, expert_d_ff 8 / tensor 2.
+    assert gate_value.addressable_shards[0].data.shape == (MOE.n_layers, 2, 8, 4)
     tokens, positions, mask = full_inputs(rollout)
     rows = NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
     sharded_fwd = jax.jit(

@@ -24,6 +24,7 @@ from rljax.models import (
     positions_from_mask,
     save_hf_checkpoint,
 )
+from rljax.models.transformer import unstack_layers
 from rljax.rollout.sampler import generate
 from rljax.train.logprobs import completion_logprobs
 
@@ -90,7 +91,7 @@ def test_qwen3_logits_match_transformers(case, tmp_path):
     config, graphdef, params = load_hf_checkpoint(tmp_path)
     for field, value in expect.items():
         assert getattr(config, field) == value, field
-    layer = nnx.to_pure_dict(params)["layers"][0]
+    layer = unstack_layers(nnx.to_pure_dict(params))["layers"][0]
     assert layer["attn"]["q_norm"]["weight"].shape == (model.config.head_dim,)
     err = parity(model, graphdef, params)
     print(f"{case}: max relative logits error {err:.2e}")
@@ -326,7 +327,7 @@ def test_qwen3_gguf_loads_its_head_norms(tmp_path):
     weights = _write_qwen3_gguf(str(tmp_path / "qwen3.gguf"))
     config, _, params = load_gguf(str(tmp_path / "qwen3.gguf"))
     assert config.qk_norm and config.head_dim == 128 and config.tie_embeddings
-    attn = nnx.to_pure_dict(params)["layers"][1]["attn"]
+    attn = unstack_layers(nnx.to_pure_dict(params))["layers"][1]["attn"]
     np.testing.assert_array_equal(attn["q_norm"]["weight"], weights["blk.1.attn_q_norm.weight"])
     np.testing.assert_array_equal(attn["k_norm"]["weight"], weights["blk.1.attn_k_norm.weight"])
     np.testing.assert_array_equal(  # not un-permuted: llama.cpp writes qwen3 q/k as HF does

@@ -28,9 +28,9 @@ def test_gqa_equals_multi_head_attention_with_repeated_kv_heads():
     logits_gqa, params = run(gqa)
     mha = gqa.replace(n_kv_heads=4)
     mha_params = nnx.to_pure_dict(params)
-    for layer in mha_params["layers"].values():
-        for name in ("k_proj", "v_proj"):  # kv head j serves query heads 2j and 2j+1
-            layer["attn"][name] = jnp.repeat(layer["attn"][name], 2, axis=1)
+    attn = mha_params["layers"]["attn"]  # stacked: [n_layers, d_model, kv_heads, head_dim]
+    for name in ("k_proj", "v_proj"):  # kv head j serves query heads 2j and 2j+1
+        attn[name] = jnp.repeat(attn[name], 2, axis=2)
     _, template = create_model(mha)
     nnx.replace_by_pure_dict(template, mha_params)
     logits_mha, _ = run(mha, template)

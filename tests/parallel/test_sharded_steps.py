@@ -68,6 +68,6 @@ def test_sharded_iteration_matches_single_device(minibatches):
     for a, b in zip(jax.tree.leaves(state_1.params), jax.tree.leaves(state_8.params)):
         np.testing.assert_allclose(a, b, atol=1e-5)
     # The state stayed on the mesh with the parameters split.
-    (q,) = jax.tree.leaves(state_8.params["layers"][0]["attn"]["q_proj"])
+    (q,) = jax.tree.leaves(state_8.params["layers"]["attn"]["q_proj"])  # [layers, d, h, hd]
     assert len(q.sharding.device_set) == 8
-    assert q.addressable_shards[0].data.shape == (8, 1, 8)
+    assert q.addressable_shards[0].data.shape == (q.shape[0], 8, 1, 8)

@@ -68,9 +68,9 @@ def test_sharded_forward_and_gradient_match_single_device(model_and_batch, shape
     for got, want in zip(jax.tree.leaves(sharded), jax.tree.leaves(single)):
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
     # The gradient really is split: each device holds embed / fsdp x heads / tensor of q_proj.
-    (q_grad,) = jax.tree.leaves(sharded["layers"][0]["attn"]["q_proj"])
-    d, h, hd = q_grad.shape
-    assert q_grad.addressable_shards[0].data.shape == (d // shape[1], h // shape[2], hd)
+    (q_grad,) = jax.tree.leaves(sharded["layers"]["attn"]["q_proj"])  # [layers, d, h, hd]
+    n, d, h, hd = q_grad.shape
+    assert q_grad.addressable_shards[0].data.shape == (n, d // shape[1], h // shape[2], hd)
 
 
 @pytest.mark.parametrize("shape", [(2, 2, 2)])

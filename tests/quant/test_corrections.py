@@ -10,11 +10,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rljax.models.config import TransformerConfig
-from rljax.models.transformer import create_model
+from rljax.models.transformer import create_model, unstack_layers
 from rljax.quant import (
     add_norm_noise,
     aqn_sigma,
@@ -226,9 +227,10 @@ def tiny_params():
 
 
 def named_leaves(params):
+    """Leaves by name, one layer at a time ("layers/0/...") from the stacked blocks."""
+    pure = unstack_layers(nnx.to_pure_dict(params))
     return {
-        "/".join(path_names(p)): np.asarray(v)
-        for p, v in jax.tree_util.tree_leaves_with_path(params)
+        "/".join(path_names(p)): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(pure)
     }
 
 

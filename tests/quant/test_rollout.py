@@ -5,9 +5,10 @@ import functools
 import jax
 import numpy as np
 import pytest
+from flax import nnx
 
 from rljax.models.config import TransformerConfig
-from rljax.models.transformer import create_model
+from rljax.models.transformer import create_model, unstack_layers
 from rljax.quant import (
     aqn_sigma,
     decompose_mx,
@@ -31,7 +32,8 @@ def params():
 
 
 def leaves(tree):
-    return [np.asarray(x) for x in jax.tree.leaves(tree)]
+    """The leaves, one layer at a time from the stacked blocks."""
+    return [np.asarray(x) for x in jax.tree.leaves(unstack_layers(nnx.to_pure_dict(tree)))]
 
 
 def test_formats_and_corrections_match_quantize_params(params):
@@ -58,7 +60,9 @@ def test_formats_and_corrections_match_quantize_params(params):
 
 def test_aqn_noises_only_the_norm_weights_on_its_schedule(params):
     weights = RolloutWeights("mxfp4", aqn_sigma_start=0.1, aqn_sigma_end=0.01, total_steps=100)
-    plain = jax.tree_util.tree_flatten_with_path(rollout_weights(params, RolloutWeights("mxfp4")))
+    plain = jax.tree_util.tree_flatten_with_path(
+        unstack_layers(nnx.to_pure_dict(rollout_weights(params, RolloutWeights("mxfp4"))))
+    )
     rng = jax.random.PRNGKey(3)
     for step in (0, 10, 95):
         noisy = leaves(rollout_weights(params, weights, step, rng))
@@ -76,7 +80,7 @@ def test_aqn_noises_only_the_norm_weights_on_its_schedule(params):
 
 def test_error_metrics_match_numpy_per_kind_of_kernel(params):
     metrics = jax.jit(rollout_error_metrics, static_argnums=1)(params, RolloutWeights("mxfp4"))
-    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    flat = jax.tree_util.tree_flatten_with_path(unstack_layers(nnx.to_pure_dict(params)))[0]
     total = {"w": 0.0, "err": 0.0, "scale_bias": 0.0, "dead": 0, "size": 0}
     for kind in KERNELS:
         w2 = err2 = sb2 = 0.0
