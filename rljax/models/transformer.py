@@ -28,10 +28,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rljax.models.attention import attend
 from rljax.models.config import TransformerConfig
 from rljax.models.moe import MoEMLP
-
-_MASKED = -1e30  # finite, so a row with no visible key gives a uniform (not NaN) attention.
 
 
 @chex.dataclass
@@ -128,18 +127,8 @@ def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.A
     return out.astype(x.dtype)
 
 
-def _attention_core(q, k, v, allowed, dt):
-    """softmax(q k^T / sqrt(d), masked) v for q [B, T, K, G, D] (G query heads per kv head),
-    k and v [B, S, K, D], allowed [B, T, S]; the scores in float32. Returns [B, T, K, G, D]."""
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
-    scores = scores / math.sqrt(q.shape[-1])
-    scores = jnp.where(allowed[:, None, None], scores, _MASKED)
-    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-    return jnp.einsum("bkgts,bskd->btkgd", probs, v)
-
-
-def _query_chunked_attention(q, k, v, allowed, dt, chunk: int):
-    """`_attention_core` over blocks of `chunk` queries at a time, each block rematerialised
+def _query_chunked_attention(q, k, v, allowed, impl: str, dt, chunk: int):
+    """`attend` over blocks of `chunk` queries at a time, each block rematerialised
     in the backward pass: the [B, heads, chunk, S] scores of one block are live instead of
     [B, heads, T, S], so training memory grows linearly in the sequence length. Each query
     still sees every key, so no online softmax is needed; the result equals the unchunked one
@@ -150,7 +139,7 @@ def _query_chunked_attention(q, k, v, allowed, dt, chunk: int):
     q = jnp.pad(q, ((0, 0), (0, pad)) + ((0, 0),) * 3)
     allowed = jnp.pad(allowed, ((0, 0), (0, pad), (0, 0)))
     blocks = lambda x: jnp.moveaxis(x.reshape(b, n, chunk, *x.shape[2:]), 1, 0)
-    core = jax.checkpoint(lambda qi, ai: _attention_core(qi, k, v, ai, dt))
+    core = jax.checkpoint(lambda qi, ai: attend(qi, k, v, ai, impl, dt))
     out = jax.lax.map(lambda xs: core(*xs), (blocks(q), blocks(allowed)))
     return jnp.moveaxis(out, 0, 1).reshape(b, n * chunk, *out.shape[3:])[:, :t]
 
@@ -211,9 +200,9 @@ class Attention(nnx.Module):
         q = q.reshape(b, t, cfg.n_kv_heads, h // cfg.n_kv_heads, hd)
         chunk = cfg.attention_chunk
         if kv is None and 0 < chunk < t:
-            out = _query_chunked_attention(q, k_all, v_all, allowed, dt, chunk)
+            out = _query_chunked_attention(q, k_all, v_all, allowed, cfg.attention_impl, dt, chunk)
         else:
-            out = _attention_core(q, k_all, v_all, allowed, dt)
+            out = attend(q, k_all, v_all, allowed, cfg.attention_impl, dt)
         out = jnp.einsum("bthk,hkd->btd", out.reshape(b, t, h, hd), self.o_proj[...].astype(dt))
         if cfg.o_bias:
             out = out + self.o_bias[...].astype(dt)
