@@ -55,6 +55,7 @@ FREE_KEYS = frozenset(
         "mesh",  # sharding: the same maths on another device layout
         "model.remat",  # recomputation in the backward pass
         "model.attention_chunk",  # attention in query chunks, the same scores
+        "model.attention_impl",  # the attention kernel, the same maths up to rounding
         "reward.workers",
         "reward.kind",
         "reward.timeout_s",
