@@ -34,10 +34,10 @@ from ml_collections import ConfigDict
 from rljax.config.memory import check_fits
 from rljax.config.schema import OPEN_SECTIONS, SCHEMA, Key
 from rljax.data.tasks import TASKS
+from rljax.models.attention import cudnn_unfit
 from rljax.models.fetch import SMOLLM2_FILE, default_cache_dir
 from rljax.models.gguf import gguf_limits
 from rljax.models.hf import _read_json, config_from_hf
-from rljax.models.attention import cudnn_unfit
 from rljax.models.lora import TARGETS
 from rljax.parallel.mesh import MESH_AXES
 
