@@ -94,6 +94,12 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
             "run the decoder blocks with a scan (compile time flat in depth); False unrolls "
             "them (slower to compile)",
         ),
+        "attention_impl": Key(
+            "einsum",
+            'attention kernel, the same maths up to rounding: "einsum" (reference), "xla" or '
+            '"cudnn" (jax.nn.dot_product_attention), "auto" (cudnn/xla on GPU, einsum on CPU)',
+            choices=("einsum", "xla", "cudnn", "auto"),
+        ),
     },
     # Open: the task's own settings (e.g. addition's min_digits) go to its constructor.
     "task": {

@@ -34,6 +34,7 @@ from ml_collections import ConfigDict
 from rljax.config.memory import check_fits
 from rljax.config.schema import OPEN_SECTIONS, SCHEMA, Key
 from rljax.data.tasks import TASKS
+from rljax.models.attention import cudnn_unfit
 from rljax.models.fetch import SMOLLM2_FILE, default_cache_dir
 from rljax.models.gguf import gguf_limits
 from rljax.models.hf import _read_json, config_from_hf
@@ -503,10 +504,14 @@ def _mesh_sizes(mesh: ConfigDict, devices: int, sampler_devices: int) -> dict[st
 
 
 def _check_model(config: ConfigDict) -> None:
-    """A scratch model's shape and dtypes; a checkpoint's length budget when it is known
-    without loading weights (a local Hugging Face directory's config.json, a GGUF file's
-    metadata); the KV cache and logits of a step against the memory (`rljax.config.memory`)."""
+    """cuDNN attention against the backend and dtype; a scratch model's shape and dtypes; a
+    checkpoint's length budget when it is known without loading weights (a local Hugging Face
+    directory's config.json, a GGUF file's metadata); the KV cache and logits of a step against
+    the memory (`rljax.config.memory`)."""
     m, b = config.model, _builders()
+    why = m.attention_impl == "cudnn" and cudnn_unfit(m.dtype)
+    if why:  # the head_dim is checked when the model is traced
+        raise ValueError(f"model.attention_impl='cudnn' {why}; use 'auto' or 'xla'")
     source = m.checkpoint
     if not source:
         try:

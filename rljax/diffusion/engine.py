@@ -69,6 +69,7 @@ def build_diffusion_policy(
         rope_theta=m.rope_theta,
         dtype=m.dtype,
         param_dtype=m.param_dtype,
+        attention_impl=m.attention_impl,
     )
     graphdef, params = create_diffusion_model(dconfig, config.seed)
     return tokenizer, dconfig.model, graphdef, params

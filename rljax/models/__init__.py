@@ -1,5 +1,6 @@
 """Models: the Llama/Qwen2 transformer, Hugging Face and GGUF checkpoint I/O, and tokenizers."""
 
+from rljax.models.attention import ATTENTION_IMPLS, attend
 from rljax.models.config import TransformerConfig
 from rljax.models.fetch import fetch_smollm2
 from rljax.models.gguf import gguf_config, load_gguf
@@ -18,6 +19,8 @@ from rljax.models.transformer import (
 
 __all__ = [
     "TransformerConfig",
+    "ATTENTION_IMPLS",
+    "attend",
     "Transformer",
     "KVCache",
     "create_model",

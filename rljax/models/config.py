@@ -7,6 +7,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from rljax.models.attention import ATTENTION_IMPLS
+
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 _ROPE_TYPES = ("default", "linear", "llama3")
 # What each layer's attention sees (`TransformerConfig.layer_types`), named as in HF configs.
@@ -58,6 +60,10 @@ class TransformerConfig:
             pass (training, prefill without a cache) computes at a time, each block
             recomputed in the backward pass: attention memory grows linearly, not
             quadratically, in the sequence length.
+        attention_impl: how attention is computed (`rljax.models.attention`): "einsum" (float32
+            scores by einsum, the reference), "xla" or "cudnn" (`jax.nn.dot_product_attention`
+            with that kernel), or "auto" (cudnn on a GPU where it fits, else xla; einsum on CPU).
+            The same maths up to float rounding.
         sliding_window: None, or w: a query at position p of a "sliding_attention" layer sees
             only the keys at positions in (p - w, p] (w keys, itself included; HF's
             convention), in every path (full forward, query chunks, packing, cached decoding).
@@ -93,6 +99,7 @@ class TransformerConfig:
     norm_topk_prob: bool = True
     remat: str = "none"
     attention_chunk: int = 0
+    attention_impl: str = "einsum"
     causal: bool = True
     sliding_window: int | None = None
     layer_types: tuple[str, ...] | None = None
@@ -102,6 +109,11 @@ class TransformerConfig:
         if self.attention_chunk < 0:
             raise ValueError(
                 f"TransformerConfig.attention_chunk={self.attention_chunk} must be >= 0 (0: off)"
+            )
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise ValueError(
+                f"TransformerConfig.attention_impl={self.attention_impl!r} is unknown; choose one "
+                f"of {ATTENTION_IMPLS}"
             )
         if self.remat not in REMAT_POLICIES:
             raise ValueError(

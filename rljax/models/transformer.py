@@ -34,10 +34,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rljax.models.attention import attend
 from rljax.models.config import TransformerConfig
 from rljax.models.moe import MoEMLP
-
-_MASKED = -1e30  # finite, so a row with no visible key gives a uniform (not NaN) attention.
 
 
 @chex.dataclass
@@ -133,18 +132,8 @@ def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.A
     return out.astype(x.dtype)
 
 
-def _attention_core(q, k, v, allowed, dt):
-    """softmax(q k^T / sqrt(d), masked) v for q [B, T, K, G, D] (G query heads per kv head),
-    k and v [B, S, K, D], allowed [B, T, S]; the scores in float32. Returns [B, T, K, G, D]."""
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
-    scores = scores / math.sqrt(q.shape[-1])
-    scores = jnp.where(allowed[:, None, None], scores, _MASKED)
-    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-    return jnp.einsum("bkgts,bskd->btkgd", probs, v)
-
-
-def _query_chunked_attention(q, k, v, allowed, dt, chunk: int):
-    """`_attention_core` over blocks of `chunk` queries at a time, each block rematerialised
+def _query_chunked_attention(q, k, v, allowed, impl: str, dt, chunk: int):
+    """`attend` over blocks of `chunk` queries at a time, each block rematerialised
     in the backward pass: the [B, heads, chunk, S] scores of one block are live instead of
     [B, heads, T, S], so training memory grows linearly in the sequence length. Each query
     still sees every key, so no online softmax is needed; the result equals the unchunked one
@@ -155,7 +144,7 @@ def _query_chunked_attention(q, k, v, allowed, dt, chunk: int):
     q = jnp.pad(q, ((0, 0), (0, pad)) + ((0, 0),) * 3)
     allowed = jnp.pad(allowed, ((0, 0), (0, pad), (0, 0)))
     blocks = lambda x: jnp.moveaxis(x.reshape(b, n, chunk, *x.shape[2:]), 1, 0)
-    core = jax.checkpoint(lambda qi, ai: _attention_core(qi, k, v, ai, dt))
+    core = jax.checkpoint(lambda qi, ai: attend(qi, k, v, ai, impl, dt))
     out = jax.lax.map(lambda xs: core(*xs), (blocks(q), blocks(allowed)))
     return jnp.moveaxis(out, 0, 1).reshape(b, n * chunk, *out.shape[3:])[:, :t]
 
@@ -198,17 +187,18 @@ class Attention(nnx.Module):
         k = apply_rope(self._project(x, "k"), positions, inv_freq)
         return q, k, self._project(x, "v")
 
-    def attend(self, q, keys, values, allowed):
+    def attend(self, q, keys, values, allowed, cached: bool = False):
         """The attention output [B, T, D] of queries q [B, T, H, head_dim] over keys and
-        values [B, S, K, head_dim], each query seeing the key slots `allowed` [B, T, S]."""
+        values [B, S, K, head_dim], each query seeing the key slots `allowed` [B, T, S];
+        `attention_chunk` splits the queries of a full pass (not `cached` decoding)."""
         cfg, dt = self.config, self.config.compute_dtype
         b, t, h, hd = q.shape
         q = q.reshape(b, t, cfg.n_kv_heads, h // cfg.n_kv_heads, hd)
         chunk = cfg.attention_chunk
-        if 0 < chunk < t:
-            out = _query_chunked_attention(q, keys, values, allowed, dt, chunk)
+        if not cached and 0 < chunk < t:
+            out = _query_chunked_attention(q, keys, values, allowed, cfg.attention_impl, dt, chunk)
         else:
-            out = _attention_core(q, keys, values, allowed, dt)
+            out = attend(q, keys, values, allowed, cfg.attention_impl, dt)
         out = jnp.einsum("bthk,hkd->btd", out.reshape(b, t, h, hd), self.o_proj[...].astype(dt))
         if cfg.o_bias:
             out = out + self.o_bias[...].astype(dt)
@@ -270,7 +260,7 @@ def _block(layer: Block, x, positions, inv_freq, allowed, cache, routes, num_exp
     q, k, v = layer.attn.qkv(layer.attn_norm(x), positions, inv_freq)
     if cache is not None:
         cache, k, v = cache.write(k, v)
-    x = x + layer.attn.attend(q, k, v, allowed)
+    x = x + layer.attn.attend(q, k, v, allowed, cached=cache is not None)
     used = None
     if num_experts:
         out, used = layer.mlp(layer.mlp_norm(x), routes)

@@ -335,14 +335,15 @@ def build_policy(
     file; any other path is a local Hugging Face checkpoint directory (config.json,
     *.safetensors, tokenizer.json). `model.remat` ("none" or "block") and
     `model.attention_chunk` (queries per attention block, 0: off) set how any of them trades
-    training memory for recompute; `model.scan_layers` whether its blocks compile as one
-    scanned block or unrolled.
+    training memory for recompute, `model.attention_impl` which kernel computes attention,
+    `model.scan_layers` whether its blocks compile as one scanned block or unrolled.
     """
     tokenizer, model_config, graphdef, params = _load_policy(config)
     memory = {
         "remat": config.model.remat,
         "attention_chunk": config.model.attention_chunk,
         "scan_layers": config.model.scan_layers,
+        "attention_impl": config.model.attention_impl,
     }
     if any(getattr(model_config, k) != v for k, v in memory.items()):
         model = nnx.merge(graphdef, params)

@@ -56,6 +56,7 @@ FREE_KEYS = frozenset(
         "model.remat",  # recomputation in the backward pass
         "model.attention_chunk",  # attention in query chunks, the same scores
         "model.scan_layers",  # the same blocks, scanned or unrolled
+        "model.attention_impl",  # the attention kernel, the same maths up to rounding
         "reward.workers",
         "reward.kind",
         "reward.timeout_s",

@@ -125,6 +125,8 @@ ADDED_SINCE = {
     "lora.rank": 0,
     "lora.alpha": 16.0,
     "lora.targets": ("q", "k", "v", "o"),
+    "model.attention_impl": "einsum",
+    "model.scan_layers": True,
 }
 # Keys added with the diffusion policy on the driver (model.kind; the others are read by a
 # model.kind="diffusion" run only), at their defaults in a causal recipe.

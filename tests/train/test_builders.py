@@ -201,7 +201,7 @@ def test_model_memory_settings_and_experts_from_config():
     config = tiny_config()
     config.model.update(remat="block", attention_chunk=8, num_experts=4, experts_per_token=1)
     _, model_config, graphdef, params = build_policy(config)
-    assert nnx.merge(graphdef, params).layers[0].attn.config.attention_chunk == 8
+    assert nnx.merge(graphdef, params).layers.attn.config.attention_chunk == 8
     assert (model_config.remat, model_config.num_experts, model_config.experts_per_token) == (
         "block",
         4,
