@@ -153,12 +153,24 @@ def without_base(state: Any) -> Any:
     return state.replace(base=state.base.replace(params=None))
 
 
+def _per_layer(names: tuple[str, ...]) -> bool:
+    """A key of the per-layer block layout ("layers", "0", ...) that stacked blocks replaced."""
+    return any(a == "layers" and b.isdigit() for a, b in zip(names, names[1:]))
+
+
 def describe_mismatch(stored: Any, like: Any) -> str:
     """The first difference between a stored state's structure and a run's, in words ("" if
     none is found)."""
     a, b = _flat_shapes(stored), _flat_shapes(like)
     for key in sorted(set(a) | set(b)):
         name = "/".join(key)
+        if key not in b and _per_layer(key):
+            return (
+                f"{name} is in the checkpoint: it holds one entry per layer, as rljax wrote "
+                "before the decoder's blocks were stacked for the layer scan; resume it with "
+                "the rljax version that wrote it, or export it with that version "
+                "(save_hf_checkpoint) and start from the export"
+            )
         if key not in b:
             return f"{name} is in the checkpoint but not in this run's state"
         if key not in a:

@@ -84,6 +84,17 @@ def test_a_checkpoint_of_another_model_names_the_first_differing_tensor(tmp_path
         checkpointer.restore(1, {"params": {"w": np.zeros((4, 3), np.float32), "b": np.zeros(2)}})
 
 
+def test_a_per_layer_checkpoint_is_named_as_the_layout_before_the_layer_scan():
+    """Checkpoints written before the blocks were stacked hold layers/0/..., layers/1/...."""
+    stored = {"params": {"layers": {"0": {"q": np.zeros(2)}, "1": {"q": np.zeros(2)}}}}
+    like = {"params": {"layers": {"q": np.zeros((2, 2))}}}
+    message = checkpoint.describe_mismatch(stored, like)
+    assert message.startswith("params/layers/0/q is in the checkpoint: it holds one entry per")
+    assert "rljax version that wrote it" in message
+    stacked = {"params": {"layers": {"q": np.zeros((3, 2))}}}
+    assert "one entry per layer" not in checkpoint.describe_mismatch(stacked, like)
+
+
 def test_a_half_written_checkpoint_is_not_picked_up(tmp_path):
     checkpointer, step_dir = saved(tmp_path, False)
     checkpointer.close()
