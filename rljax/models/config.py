@@ -80,8 +80,6 @@ class TransformerConfig:
         rope_local_theta: None, or the RoPE base of the "sliding_attention" layers, which then
             rotate without `rope_scaling` (that applies to the full-attention layers only);
             Gemma 3's `rope_local_base_freq`. None: every layer uses rope_theta/rope_scaling.
-        attn_logit_softcap: None, or c: attention scores become c * tanh(scores / c) before
-            masking (Gemma 2's `attn_logit_softcapping`).
         final_logit_softcap: None, or c: logits become c * tanh(logits / c)
             (`final_logit_softcapping`).
     """
@@ -115,9 +113,8 @@ class TransformerConfig:
     sandwich_norms: bool = False
     scale_embeddings: bool = False
     mlp_activation: str = "silu"
-    query_pre_attn_scalar: float | None = None
+    query_pre_attn_scalar: int | None = None
     rope_local_theta: float | None = None
-    attn_logit_softcap: float | None = None
     final_logit_softcap: float | None = None
 
     def __post_init__(self):
@@ -211,7 +208,6 @@ class TransformerConfig:
         for name in (
             "query_pre_attn_scalar",
             "rope_local_theta",
-            "attn_logit_softcap",
             "final_logit_softcap",
         ):
             value = getattr(self, name)

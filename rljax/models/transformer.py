@@ -108,11 +108,6 @@ def _norm(config: TransformerConfig, dim: int, rngs: nnx.Rngs) -> RMSNorm:
     )
 
 
-def _softcap(x: jax.Array, cap: float | None) -> jax.Array:
-    """cap * tanh(x / cap) (Gemma's logit soft-capping), or x when cap is None."""
-    return x if cap is None else cap * jnp.tanh(x / cap)
-
-
 def rope_frequencies(config: TransformerConfig, local: bool = False) -> jax.Array:
     """Inverse frequencies [head_dim // 2], with HF's "linear" and "llama3" scaling rules; with
     `local`, those of the sliding-window layers' own base `rope_local_theta`, unscaled."""
@@ -148,18 +143,18 @@ def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.A
     return out.astype(x.dtype)
 
 
-def _attention_core(q, k, v, allowed, dt, scalar=None, softcap=None):
-    """softmax(q k^T / sqrt(scalar), soft-capped, masked) v for q [B, T, K, G, D] (G query heads
-    per kv head), k and v [B, S, K, D], allowed [B, T, S]; the scores in float32; scalar None
-    means D. Returns [B, T, K, G, D]."""
+def _attention_core(q, k, v, allowed, dt, scalar=None):
+    """softmax(q k^T / sqrt(scalar), masked) v for q [B, T, K, G, D] (G query heads per kv
+    head), k and v [B, S, K, D], allowed [B, T, S]; the scores in float32; scalar None means D.
+    Returns [B, T, K, G, D]."""
     scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
-    scores = _softcap(scores / math.sqrt(scalar or q.shape[-1]), softcap)
+    scores = scores / math.sqrt(scalar or q.shape[-1])
     scores = jnp.where(allowed[:, None, None], scores, _MASKED)
     probs = jax.nn.softmax(scores, axis=-1).astype(dt)
     return jnp.einsum("bkgts,bskd->btkgd", probs, v)
 
 
-def _query_chunked_attention(q, k, v, allowed, dt, chunk: int, scalar=None, softcap=None):
+def _query_chunked_attention(q, k, v, allowed, dt, chunk: int, scalar=None):
     """`_attention_core` over blocks of `chunk` queries at a time, each block rematerialised
     in the backward pass: the [B, heads, chunk, S] scores of one block are live instead of
     [B, heads, T, S], so training memory grows linearly in the sequence length. Each query
@@ -171,14 +166,14 @@ def _query_chunked_attention(q, k, v, allowed, dt, chunk: int, scalar=None, soft
     q = jnp.pad(q, ((0, 0), (0, pad)) + ((0, 0),) * 3)
     allowed = jnp.pad(allowed, ((0, 0), (0, pad), (0, 0)))
     blocks = lambda x: jnp.moveaxis(x.reshape(b, n, chunk, *x.shape[2:]), 1, 0)
-    core = jax.checkpoint(lambda qi, ai: _attention_core(qi, k, v, ai, dt, scalar, softcap))
+    core = jax.checkpoint(lambda qi, ai: _attention_core(qi, k, v, ai, dt, scalar))
     out = jax.lax.map(lambda xs: core(*xs), (blocks(q), blocks(allowed)))
     return jnp.moveaxis(out, 0, 1).reshape(b, n * chunk, *out.shape[3:])[:, :t]
 
 
 class Attention(nnx.Module):
     """Grouped-query self-attention with optional q/k/v and output biases, per-head q/k
-    RMSNorm (Qwen3, Gemma 3), and Gemma's score scalar and soft-capping."""
+    RMSNorm (Qwen3, Gemma 3), and Gemma's query_pre_attn_scalar."""
 
     def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
         d, h, k, hd = config.d_model, config.n_heads, config.n_kv_heads, config.resolved_head_dim
@@ -231,11 +226,11 @@ class Attention(nnx.Module):
         b, t, h, hd = q.shape
         q = q.reshape(b, t, cfg.n_kv_heads, h // cfg.n_kv_heads, hd)
         chunk = cfg.attention_chunk
-        scores = (cfg.query_pre_attn_scalar, cfg.attn_logit_softcap)
+        scalar = cfg.query_pre_attn_scalar
         if kv is None and 0 < chunk < t:
-            out = _query_chunked_attention(q, k_all, v_all, allowed, dt, chunk, *scores)
+            out = _query_chunked_attention(q, k_all, v_all, allowed, dt, chunk, scalar)
         else:
-            out = _attention_core(q, k_all, v_all, allowed, dt, *scores)
+            out = _attention_core(q, k_all, v_all, allowed, dt, scalar)
         out = jnp.einsum("bthk,hkd->btd", out.reshape(b, t, h, hd), self.o_proj[...].astype(dt))
         if cfg.o_bias:
             out = out + self.o_bias[...].astype(dt)
@@ -443,7 +438,8 @@ class Transformer(nnx.Module):
         logits = jnp.einsum(
             "...d,dv->...v", hidden, self.output_head(), preferred_element_type=jnp.float32
         )
-        return _softcap(logits, self.config.final_logit_softcap)
+        cap = self.config.final_logit_softcap
+        return logits if cap is None else cap * jnp.tanh(logits / cap)
 
     def __call__(self, tokens, positions, mask, cache=None, routes=None, return_routes=False):
         """Logits [B, T, V] (float32) and the updated cache (and the routes used, with
