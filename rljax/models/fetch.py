@@ -37,6 +37,12 @@ def default_cache_dir(model: str = "smollm2") -> str:
     return os.path.join(root, model)
 
 
+def cached_file(model: str) -> str:
+    """Where `fetch_<model>()` keeps its file in the default cache ("smollm2" or "gemma3")."""
+    name = {"smollm2": SMOLLM2_FILE, "gemma3": GEMMA3_FILE}[model]
+    return os.path.join(default_cache_dir(model), name)
+
+
 def _sha256(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
