@@ -172,6 +172,15 @@ def test_sampler_logprobs_equal_teacher_forced_on_loaded_gemma3(tmp_path):
     np.testing.assert_allclose(np.asarray(lp)[m], np.asarray(rollout.policy_logprobs)[m], atol=1e-5)
 
 
+def test_trainer_refuses_soft_capped_logits():
+    """The chunked log-probs read the output matrix, not `Transformer.logits`: a soft-capped
+    model would train on other log-probs than it samples from, so it is refused."""
+    graphdef, params = random_params(_GEMMA3.replace(final_logit_softcap=30.0), seed=0)
+    tokens, mask = jnp.ones((1, 3), jnp.int32), jnp.ones((1, 3), bool)
+    with pytest.raises(ValueError, match=r"final_logit_softcap=30.0\), which the trainer"):
+        completion_logprobs(graphdef, params, tokens, mask, tokens, mask)
+
+
 _HF = dict(_SMALL, model_type="gemma3_text")
 
 
