@@ -243,3 +243,117 @@ def test_save_refuses_configs_gemma3_cannot_hold(config, model_type, message, tm
     _, params = random_params(config, seed=0)
     with pytest.raises(ValueError, match=message):
         save_hf_checkpoint(tmp_path, config, params, model_type=model_type)
+
+
+def _write_gemma3_gguf(path: str) -> dict[str, np.ndarray]:
+    """A tiny F32 gemma3 GGUF as llama.cpp writes one: norm weights stored as 1 + w, six layers
+    (llama.cpp makes every 6th global), head_dim 256 (transformers' GGUF loader takes
+    query_pre_attn_scalar 256 from Gemma3TextConfig's defaults), and a SentencePiece vocabulary
+    of pieces in merge order, byte tokens and Gemma's control and user-defined tokens. Returns
+    the HF-convention weights (w) by GGUF name."""
+    import gguf
+
+    pieces = ["\u2581", "a", "b", "h", "i", "t", "e", "\u2581t", "he", "\u2581the", "hi", "\u2581a"]
+    tokens = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "\n", "  ", "   "]
+    types = [3, 3, 3, 2, 3, 4, 4, 4] + [6] * 256 + [1] * len(pieces)
+    tokens += [f"<0x{b:02X}>" for b in range(256)] + pieces
+    d, f, heads, kv, layers, hd = 64, 96, 2, 1, 6, 256
+    rng = np.random.default_rng(6)
+    normal = lambda *shape: (0.1 * rng.standard_normal(shape)).astype(np.float32)  # noqa: E731
+    weights = {"token_embd.weight": normal(len(tokens), d), "output_norm.weight": normal(d)}
+    for i in range(layers):
+        b = f"blk.{i}."
+        weights |= {
+            b + n: normal(d)
+            for n in (
+                "attn_norm.weight",
+                "post_attention_norm.weight",
+                "ffn_norm.weight",
+                "post_ffw_norm.weight",
+            )
+        }
+        weights |= {b + "attn_q_norm.weight": normal(hd), b + "attn_k_norm.weight": normal(hd)}
+        weights |= {
+            b + "attn_q.weight": normal(heads * hd, d),
+            b + "attn_k.weight": normal(kv * hd, d),
+            b + "attn_v.weight": normal(kv * hd, d),
+            b + "attn_output.weight": normal(d, heads * hd),
+            b + "ffn_gate.weight": normal(f, d),
+            b + "ffn_up.weight": normal(f, d),
+            b + "ffn_down.weight": normal(d, f),
+        }  # fmt: skip
+    writer = gguf.GGUFWriter(path, "gemma3")
+    writer.add_context_length(256)
+    writer.add_embedding_length(d)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(f)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv)
+    writer.add_key_length(hd)
+    writer.add_value_length(hd)
+    writer.add_rope_freq_base(1000000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_sliding_window(4)
+    writer.add_file_type(0)
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(
+        [-1000.0] * (len(tokens) - len(pieces)) + [-float(i) for i in range(len(pieces))]
+    )
+    writer.add_token_types(types)
+    writer.add_bos_token_id(2)
+    writer.add_eos_token_id(1)
+    writer.add_unk_token_id(3)
+    writer.add_pad_token_id(0)
+    writer.add_add_bos_token(True)
+    writer.add_add_space_prefix(False)
+    for name, value in weights.items():
+        writer.add_tensor(name, value + 1.0 if name.endswith("norm.weight") else value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return weights
+
+
+def test_gemma3_gguf_loads_norms_without_the_stored_offset(tmp_path):
+    from rljax.models import load_gguf
+
+    weights = _write_gemma3_gguf(str(tmp_path / "gemma3.gguf"))
+    config, _, params = load_gguf(str(tmp_path / "gemma3.gguf"))
+    assert config.layer_types == ("sliding_attention",) * 5 + ("full_attention",)
+    assert (config.sliding_window, config.rope_local_theta, config.head_dim) == (4, 1e4, 256)
+    assert config.norm_unit_offset and config.sandwich_norms and config.tie_embeddings
+    layer = nnx.to_pure_dict(params)["layers"][2]
+    for ours, name in [(layer["post_mlp_norm"], "post_ffw_norm"), (layer["mlp_norm"], "ffn_norm"),
+                       (layer["attn"]["k_norm"], "attn_k_norm")]:  # fmt: skip
+        np.testing.assert_allclose(ours["weight"], weights[f"blk.2.{name}.weight"], atol=1e-7)
+
+
+@pytest.mark.hf
+def test_gemma3_gguf_logits_and_tokens_match_transformers(tmp_path):
+    torch = torch_or_skip()
+    import transformers
+
+    from rljax.models import gguf_tokenizer, load_gguf
+
+    _write_gemma3_gguf(str(tmp_path / "gemma3.gguf"))
+    where = dict(pretrained_model_name_or_path=tmp_path, gguf_file="gemma3.gguf")
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        **where, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    assert type(model).__name__ == "Gemma3ForCausalLM"
+    _, graphdef, params = load_gguf(str(tmp_path / "gemma3.gguf"))
+    err = parity(model, graphdef, params)
+    print(f"gemma3 GGUF: max relative logits error {err:.2e}")
+    assert err < _TOL
+    tok, hf_tok = (
+        gguf_tokenizer(str(tmp_path / "gemma3.gguf")),
+        transformers.AutoTokenizer.from_pretrained(**where),
+    )
+    for text in ["the hat", "  the\n   ahi<start_of_turn>", "tea é", " a\tb"]:
+        ids = tok.encode(text)
+        assert ids == hf_tok.encode(text, add_special_tokens=False), text
+        assert tok.decode(ids, skip_special=False) == text
+    assert tok.encode("hi", add_bos=tok.add_bos_token) == hf_tok.encode("hi")
