@@ -60,7 +60,7 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
         "checkpoint": Key(
             "",
             '"": a byte-level model from scratch (sizes below); else a local HF checkpoint '
-            'directory, a .gguf file or a model rljax can fetch ("smollm2")',
+            'directory, a .gguf file or a model rljax can fetch ("smollm2", "gemma3")',
         ),
         "d_model": Key(128, "scratch model: hidden size"),
         "n_layers": Key(2, "scratch model: decoder blocks"),

@@ -35,7 +35,7 @@ from rljax.config.memory import check_fits
 from rljax.config.schema import OPEN_SECTIONS, SCHEMA, Key
 from rljax.data.tasks import TASKS
 from rljax.models.attention import cudnn_unfit
-from rljax.models.fetch import SMOLLM2_FILE, default_cache_dir
+from rljax.models.fetch import cached_file
 from rljax.models.gguf import gguf_limits
 from rljax.models.hf import _read_json, config_from_hf
 from rljax.models.lora import TARGETS
@@ -523,7 +523,7 @@ def _check_model(config: ConfigDict) -> None:
         check_fits(config, model, ("the model's context length", None))
         return
     if source in b.FETCHABLE:  # sized when it is cached; a first run reads it once fetched
-        source = os.path.join(default_cache_dir(), SMOLLM2_FILE)
+        source = cached_file(source)
     if source.endswith(".gguf"):
         if os.path.isfile(source):  # a missing file is named when the model is loaded
             model, length = gguf_limits(source, m.dtype, m.param_dtype)
@@ -533,7 +533,7 @@ def _check_model(config: ConfigDict) -> None:
     if not os.path.isfile(path):
         raise ValueError(
             f"model.checkpoint={source!r} is neither a directory with a config.json, a .gguf "
-            f"file nor one of {b.FETCHABLE}; pass a local checkpoint"
+            f"file nor one of {tuple(b.FETCHABLE)}; pass a local checkpoint"
         )
     hf = _read_json(path)
     try:

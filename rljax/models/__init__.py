@@ -2,7 +2,7 @@
 
 from rljax.models.attention import ATTENTION_IMPLS, attend
 from rljax.models.config import TransformerConfig
-from rljax.models.fetch import fetch_smollm2
+from rljax.models.fetch import fetch_gemma3, fetch_smollm2
 from rljax.models.gguf import gguf_config, load_gguf
 from rljax.models.gguf_tokenizer import GGUFTokenizer, gguf_tokenizer
 from rljax.models.hf import config_from_hf, load_hf_checkpoint, save_hf_checkpoint
@@ -36,6 +36,7 @@ __all__ = [
     "gguf_tokenizer",
     "GGUFTokenizer",
     "fetch_smollm2",
+    "fetch_gemma3",
     "ByteTokenizer",
     "HFTokenizer",
     "Tokenizer",

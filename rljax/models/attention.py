@@ -27,11 +27,12 @@ _MASKED = -1e30  # finite, so a row with no visible key gives a uniform (not NaN
 _CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
 
 
-def einsum_attention(q, k, v, allowed, dt):
-    """softmax(q k^T / sqrt(d), masked) v for q [B, T, K, G, D] (G query heads per kv head),
-    k and v [B, S, K, D], allowed [B, T, S]; the scores in float32. Returns [B, T, K, G, D]."""
+def einsum_attention(q, k, v, allowed, dt, scalar: int | None = None):
+    """softmax(q k^T / sqrt(scalar), masked) v for q [B, T, K, G, D] (G query heads per kv
+    head), k and v [B, S, K, D], allowed [B, T, S]; the scores in float32; scalar None means
+    D. Returns [B, T, K, G, D]."""
     scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
-    scores = scores / math.sqrt(q.shape[-1])
+    scores = scores / math.sqrt(scalar or q.shape[-1])
     scores = jnp.where(allowed[:, None, None], scores, _MASKED)
     probs = jax.nn.softmax(scores, axis=-1).astype(dt)
     return jnp.einsum("bkgts,bskd->btkgd", probs, v)
@@ -67,7 +68,7 @@ def resolve_impl(impl: str, q: jax.Array, k: jax.Array) -> str:
     return "xla" if q.shape[1] % 2 or k.shape[1] % 2 else "cudnn"
 
 
-def attend(q, k, v, allowed, impl: str, dt):
+def attend(q, k, v, allowed, impl: str, dt, scalar: int | None = None):
     """Masked softmax attention by the implementation `impl` (ATTENTION_IMPLS) resolves to.
 
     Args:
@@ -76,19 +77,22 @@ def attend(q, k, v, allowed, impl: str, dt):
       allowed: [B, T, S] bool, which keys each query may see.
       impl: "einsum", "xla", "cudnn" or "auto" (`TransformerConfig.attention_impl`).
       dt: the compute dtype; the probabilities are cast to it before they weight v.
+      scalar: the scores are q k^T / sqrt(scalar) (Gemma's `query_pre_attn_scalar`); None
+        means D.
 
     Returns:
       [B, T, K, G, D] in `dt`.
     """
     impl = resolve_impl(impl, q, k)
     if impl == "einsum":
-        return einsum_attention(q, k, v, allowed, dt)
+        return einsum_attention(q, k, v, allowed, dt, scalar)
     b, t, kv_heads, group, d = q.shape  # query head n = kv head n // G, as in jax's GQA
     out = jax.nn.dot_product_attention(
         q.reshape(b, t, kv_heads * group, d),
         k,
         v,
         mask=allowed[:, None],
+        scale=None if scalar is None else 1 / math.sqrt(scalar),
         implementation=impl,
     )
     return out.reshape(q.shape)

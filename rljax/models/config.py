@@ -1,4 +1,4 @@
-"""Configuration of the decoder-only transformer (Llama, Qwen2, Mistral, Mixtral families)."""
+"""Configuration of the decoder-only transformer (Llama, Qwen2/3, Mistral, Mixtral, Gemma 3)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ LAYER_TYPES = ("full_attention", "sliding_attention")
 
 # How the training forward pass trades memory for recompute (`TransformerConfig.remat`).
 REMAT_POLICIES = ("none", "block")
+# The MLP's gate activation (`TransformerConfig.mlp_activation`): SwiGLU, or Gemma's GeGLU with
+# the tanh approximation of GELU (HF's "gelu_pytorch_tanh").
+MLP_ACTIVATIONS = ("silu", "gelu_tanh")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +78,20 @@ class TransformerConfig:
             "sliding_attention" when `sliding_window` is set (Mistral) and "full_attention"
             otherwise. Qwen2's `max_window_layers` and interleaved local/global stacks
             (Gemma 3) give a per-layer pattern.
+        norm_unit_offset: every RMSNorm scales by (1 + w) instead of w, multiplied in float32
+            before the cast back (Gemma); its weights start at zero.
+        sandwich_norms: RMSNorms also on the attention and MLP outputs before each residual
+            add (Gemma 2/3 `post_attention_layernorm` / `post_feedforward_layernorm`).
+        scale_embeddings: the token embeddings are multiplied by sqrt(d_model), rounded to the
+            compute dtype (Gemma).
+        mlp_activation: one of MLP_ACTIVATIONS; "gelu_tanh" makes the MLP GeGLU (Gemma).
+        query_pre_attn_scalar: None, or s: attention scores are scaled by s**-0.5 instead of
+            head_dim**-0.5 (Gemma).
+        rope_local_theta: None, or the RoPE base of the "sliding_attention" layers, which then
+            rotate without `rope_scaling` (that applies to the full-attention layers only);
+            Gemma 3's `rope_local_base_freq`. None: every layer uses rope_theta/rope_scaling.
+        final_logit_softcap: None, or c: logits become c * tanh(logits / c)
+            (`final_logit_softcapping`).
     """
 
     vocab_size: int
@@ -103,6 +120,13 @@ class TransformerConfig:
     causal: bool = True
     sliding_window: int | None = None
     layer_types: tuple[str, ...] | None = None
+    norm_unit_offset: bool = False
+    sandwich_norms: bool = False
+    scale_embeddings: bool = False
+    mlp_activation: str = "silu"
+    query_pre_attn_scalar: int | None = None
+    rope_local_theta: float | None = None
+    final_logit_softcap: float | None = None
     scan_layers: bool = True
 
     def __post_init__(self):
@@ -152,6 +176,7 @@ class TransformerConfig:
         if self.expert_d_ff is not None and self.expert_d_ff <= 0:
             raise ValueError(f"TransformerConfig.expert_d_ff={self.expert_d_ff} must be positive")
         self._check_windows()
+        self._check_gemma()
         if isinstance(self.rope_scaling, dict):  # stored as sorted pairs so the config hashes
             object.__setattr__(self, "rope_scaling", tuple(sorted(self.rope_scaling.items())))
         if self.rope_scaling is not None:
@@ -189,6 +214,29 @@ class TransformerConfig:
                 "TransformerConfig.layer_types has sliding_attention layers but "
                 "sliding_window is None; set the window size"
             )
+
+    def _check_gemma(self) -> None:
+        """Validates the Gemma fields (activation, positive scalars)."""
+        if self.mlp_activation not in MLP_ACTIVATIONS:
+            raise ValueError(
+                f"TransformerConfig.mlp_activation={self.mlp_activation!r} is unknown; "
+                f"choose one of {MLP_ACTIVATIONS}"
+            )
+        for name in (
+            "query_pre_attn_scalar",
+            "rope_local_theta",
+            "final_logit_softcap",
+        ):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"TransformerConfig.{name}={value} must be positive (None: off)")
+
+    @property
+    def layer_local_rope(self) -> tuple[bool, ...]:
+        """Per layer, whether it rotates with the local RoPE (`rope_local_theta`, unscaled)."""
+        if self.rope_local_theta is None:
+            return (False,) * self.n_layers
+        return tuple(w is not None for w in self.layer_windows)
 
     @property
     def layer_windows(self) -> tuple[int | None, ...]:

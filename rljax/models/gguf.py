@@ -13,6 +13,10 @@ Two things differ from a Hugging Face checkpoint:
   rotate-half RoPE layout to its interleaved one; rows (h, s, j) -- head h, half s, index j --
   are stored at (h, j, s). We undo it, since our RoPE uses rotate-half. Qwen2 files are written
   unpermuted, as are Qwen3 files (whose per-head q/k norms are attn_q_norm / attn_k_norm).
+- Gemma 3 files store every norm weight as 1 + w (llama.cpp's converter, `norm_shift`), where
+  HF and our (unit-offset) RMSNorm hold w: we subtract 1. Their metadata has no local RoPE base,
+  no local/global pattern and no query scalar; llama.cpp fixes them (base 10000, every 6th layer
+  global, scores scaled by head_dim**-0.5 except the 27B's (d_model / heads)**-0.5), as do we.
 """
 
 from __future__ import annotations
@@ -25,10 +29,10 @@ import numpy as np
 from flax import nnx
 
 from rljax.models.config import TransformerConfig
-from rljax.models.hf import _NP_DTYPES, _set_path, _specs
+from rljax.models.hf import _GEMMA3_FIELDS, _NP_DTYPES, _set_path, _specs
 from rljax.models.transformer import abstract_model, stack_layers
 
-_ARCHITECTURES = ("llama", "qwen2", "qwen3")
+_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
 _PERMUTED_QK = ("llama",)  # architectures whose q/k rows llama.cpp interleaves
 
 # GGUF tensor name (per block: "blk.{i}." + name) -> HF name (per layer: "model.layers.{i}.").
@@ -54,6 +58,18 @@ _BLOCK_NAMES = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
+
+# Gemma 3's sandwich norms (ffn_norm is the pre-feedforward norm there).
+_GEMMA3_BLOCK_NAMES = {
+    **_BLOCK_NAMES,
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+    "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+}
+# llama.cpp's fixed Gemma 3 hyperparameters (llama-model.cpp, LLM_ARCH_GEMMA3).
+_GEMMA3_GLOBAL_EVERY = 6
+_GEMMA3_LOCAL_THETA = 10000.0
+_GEMMA3_27B_LAYERS = 62
 
 # ----------------------------------------------------------------------------------------------
 # Reading
@@ -135,7 +151,7 @@ def _config_from_reader(reader, path: str, dtype: str, param_dtype: str) -> Tran
     if arch not in _ARCHITECTURES:
         raise ValueError(
             f"{path}: general.architecture={arch!r} is not supported; rljax loads GGUF "
-            f"architectures {list(_ARCHITECTURES)} (Llama/Qwen2/Qwen3 decoders)"
+            f"architectures {list(_ARCHITECTURES)} (Llama/Qwen2/Qwen3/Gemma 3 decoders)"
         )
     tensors = _tensor_infos(reader)
     if "rope_freqs.weight" in tensors:
@@ -186,6 +202,9 @@ def _config_from_reader(reader, path: str, dtype: str, param_dtype: str) -> Tran
         raise ValueError(
             f"{path}: {arch}.vocab_size={declared} but token_embd.weight has {vocab} rows"
         )
+    gemma = {}
+    if arch == "gemma3":
+        gemma = _gemma3_fields(reader, count("block_count"), d_model, n_heads, head_dim)
     return TransformerConfig(
         vocab_size=vocab,
         d_model=d_model,
@@ -199,20 +218,40 @@ def _config_from_reader(reader, path: str, dtype: str, param_dtype: str) -> Tran
         rms_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
         qkv_bias="blk.0.attn_q.bias" in tensors,
         o_bias="blk.0.attn_output.bias" in tensors,
-        qk_norm=arch == "qwen3",
+        qk_norm=arch in ("qwen3", "gemma3"),
         tie_embeddings="output.weight" not in tensors,
         dtype=dtype,
         param_dtype=param_dtype,
+        **gemma,
     )
 
 
-def _hf_name(name: str, n_layers: int) -> str | None:
+def _gemma3_fields(reader, n_layers: int, d_model: int, heads: int, head_dim: int) -> dict:
+    """The Gemma 3 TransformerConfig fields of a gemma3 GGUF (metadata + llama.cpp's fixed
+    hyperparameters)."""
+    scalar = d_model // heads if n_layers == _GEMMA3_27B_LAYERS else head_dim
+    cap = _field(reader, "gemma3.final_logit_softcapping", None)
+    types = [
+        "full_attention" if (i + 1) % _GEMMA3_GLOBAL_EVERY == 0 else "sliding_attention"
+        for i in range(n_layers)
+    ]
+    return dict(
+        {k: v for k, v in _GEMMA3_FIELDS.items() if k != "qk_norm"},
+        query_pre_attn_scalar=None if scalar == head_dim else scalar,
+        rope_local_theta=_GEMMA3_LOCAL_THETA,
+        final_logit_softcap=None if cap is None else float(cap),
+        sliding_window=int(_field(reader, "gemma3.attention.sliding_window")),
+        layer_types=tuple(types) if "full_attention" in types else None,
+    )
+
+
+def _hf_name(name: str, n_layers: int, arch: str) -> str | None:
     """The HF name of a GGUF tensor, or None if rljax has no such tensor."""
     if name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[name]
     parts = name.split(".", 2)
     if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and int(parts[1]) < n_layers:
-        hf = _BLOCK_NAMES.get(parts[2])
+        hf = (_GEMMA3_BLOCK_NAMES if arch == "gemma3" else _BLOCK_NAMES).get(parts[2])
         return None if hf is None else f"model.layers.{parts[1]}.{hf}"
     return None
 
@@ -240,7 +279,7 @@ def load_gguf(
     dtype: str = "float32",
     param_dtype: str = "float32",
 ) -> tuple[TransformerConfig, nnx.GraphDef, nnx.State]:
-    """Load a Llama/Qwen2/Qwen3 GGUF file as (config, graphdef, params).
+    """Load a Llama/Qwen2/Qwen3/Gemma 3 GGUF file as (config, graphdef, params).
 
     Every tensor is dequantized to float32 on the host and then cast to `param_dtype`, so the
     params are a plain (unquantized) rljax model, ready for training.
@@ -265,7 +304,7 @@ def load_gguf(
     by_hf: dict[str, Any] = {}
     extra = []
     for tensor in reader.tensors:
-        hf = _hf_name(tensor.name, config.n_layers)
+        hf = _hf_name(tensor.name, config.n_layers, arch)
         if hf is None:
             extra.append(tensor.name)
         else:
@@ -295,6 +334,8 @@ def load_gguf(
         proj = spec.hf_name.split(".")[-2]
         if arch in _PERMUTED_QK and proj in heads:
             weight = _unpermute_qk(weight, heads[proj])
+        if arch == "gemma3" and spec.hf_name.endswith("norm.weight"):
+            weight = weight - 1.0  # stored as 1 + w
         value = np.ascontiguousarray(spec.to_ours(weight).astype(target))
         _set_path(pure, spec.path, jnp.asarray(value))
     nnx.replace_by_pure_dict(params, stack_layers(pure))

@@ -1,9 +1,19 @@
-"""The tokenizer a GGUF file describes: byte-level BPE from its metadata, plus its chat template.
+"""The tokenizer a GGUF file describes: byte-level BPE or SentencePiece BPE from its metadata,
+plus its chat template.
 
-llama.cpp stores the vocabulary, merges, token types and a pre-tokenizer *name*
-(`tokenizer.ggml.pre`); we rebuild an equivalent `tokenizers.Tokenizer`, applying the
-pre-tokenizer llama.cpp applies for that name (for SmolLM2's "smollm": every digit split off,
-then GPT-2's regex, as the model's own tokenizer.json does).
+Byte-level BPE (`tokenizer.ggml.model == "gpt2"`): llama.cpp stores the vocabulary, merges,
+token types and a pre-tokenizer *name* (`tokenizer.ggml.pre`); we rebuild an equivalent
+`tokenizers.Tokenizer`, applying the pre-tokenizer llama.cpp applies for that name (for
+SmolLM2's "smollm": every digit split off, then GPT-2's regex, as the model's own
+tokenizer.json does).
+
+SentencePiece BPE (`"llama"`, Gemma): no merges are stored. SentencePiece lists its pieces in
+merge order (a normal piece's score is minus its rank), and llama.cpp merges the adjacent pair
+whose concatenation is the best piece; a BPE whose merges are every (left, right) split of each
+piece, ranked by the piece's position, is the same. Position, not score, also ranks the
+user-defined space runs ("  ", scored -1000 but listed early), which llama.cpp matches whole,
+as transformers' GGUF loader does. Spaces become "▁" (no prefix space unless
+`tokenizer.ggml.add_space_prefix`), and text no piece covers falls back to the `<0xXX>` bytes.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from rljax.models.tokenizer import HFTokenizer
 
 # llama.cpp token types (gguf.TokenType).
 _CONTROL, _USER_DEFINED = 3, 4
+_SPACE = "\u2581"  # SentencePiece's visible space
 
 # Pre-tokenizer regexes, as llama.cpp applies them for each `tokenizer.ggml.pre` value.
 _LLAMA3_SPLIT = (
@@ -168,32 +179,89 @@ def _pre_tokenizer(pre: str, path: str):
     return pre_tokenizers.Sequence(steps), ignore_merges
 
 
-def gguf_tokenizer(path: str) -> GGUFTokenizer:
-    """The byte-level BPE tokenizer a GGUF file describes (`tokenizer.ggml.model == "gpt2"`).
+def _position_merges(tokens: list[str]) -> list[tuple[str, str]]:
+    """Every (left, right) split of each token into two tokens, best first: by the merged
+    token's position in the file, then the longer left piece."""
+    known = set(tokens)
+    return [
+        (token[:cut], token[cut:])
+        for token in tokens
+        for cut in range(len(token) - 1, 0, -1)
+        if token[:cut] in known and token[cut:] in known
+    ]
 
-    Built from `tokenizer.ggml.tokens`, `.merges` and `.token_type`: control tokens (e.g.
-    `<|im_start|>`) become special added tokens and user-defined ones plain added tokens, so
-    both are matched whole in text. The pre-tokenizer follows `tokenizer.ggml.pre` as llama.cpp
-    does (e.g. "smollm": every digit on its own, then GPT-2's split regex).
+
+def _sentencepiece(reader, tokens: list[str], types: list[int]):
+    """A `tokenizers.Tokenizer` equal to llama.cpp's SentencePiece-BPE ("llama") vocabulary.
+
+    Tokens of two or more spaces are stored as spaces but looked up as "▁" runs, so they
+    are respelled; control tokens become special added tokens and user-defined ones plain
+    added tokens, matched whole in the text.
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
+
+    tokens = [_SPACE * len(t) if " " in t and not t.strip() else t for t in tokens]
+    vocab: dict[str, int] = {}
+    for i, token in enumerate(tokens):
+        vocab.setdefault(token, i)
+    unk = _field(reader, "tokenizer.ggml.unknown_token_id", None)
+    bpe = models.BPE(
+        vocab=vocab,
+        merges=_position_merges(tokens),
+        unk_token=None if unk is None else tokens[int(unk)],
+        fuse_unk=True,
+        byte_fallback=True,
+    )
+    tok = Tokenizer(bpe)
+    prefix = bool(_field(reader, "tokenizer.ggml.add_space_prefix", False))
+    space = normalizers.Replace(" ", _SPACE)
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend(_SPACE), space]) if prefix else space
+    steps = [decoders.Replace(_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    tok.decoder = decoders.Sequence(steps + ([decoders.Strip(" ", 1, 0)] if prefix else []))
+    special = [t for t, k in zip(tokens, types) if k == _CONTROL]
+    plain = [t for t, k in zip(tokens, types) if k == _USER_DEFINED and _SPACE not in t]
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in plain])
+    return tok
+
+
+def gguf_tokenizer(path: str) -> GGUFTokenizer:
+    """The tokenizer a GGUF file describes: byte-level BPE (`tokenizer.ggml.model == "gpt2"`)
+    or SentencePiece BPE (`"llama"`, e.g. Gemma 3; see the module docstring).
+
+    Built from `tokenizer.ggml.tokens`, `.merges` (byte-level BPE only) and `.token_type`:
+    control tokens (e.g. `<|im_start|>`) become special added tokens and user-defined ones
+    plain added tokens, so both are matched whole in text. A byte-level pre-tokenizer follows
+    `tokenizer.ggml.pre` as llama.cpp does (e.g. "smollm": every digit on its own, then
+    GPT-2's split regex).
 
     Raises:
       FileNotFoundError: the file does not exist.
-      ValueError: a sentencepiece/unigram vocabulary, an unknown pre-tokenizer type, or
+      ValueError: a unigram or other vocabulary type, an unknown pre-tokenizer type, or
         missing metadata.
     """
-    from tokenizers import AddedToken, Tokenizer, decoders, models
-
     path = os.fspath(path)
     reader = _reader(path)
     kind = _field(reader, "tokenizer.ggml.model")
-    if kind != "gpt2":
+    if kind not in ("gpt2", "llama"):
         raise ValueError(
             f"{path}: tokenizer.ggml.model={kind!r} is not supported; rljax builds byte-level "
-            "BPE ('gpt2') tokenizers from GGUF. Load this model's tokenizer.json with "
-            "HFTokenizer.from_dir instead"
+            "BPE ('gpt2') and SentencePiece BPE ('llama') tokenizers from GGUF. Load this "
+            "model's tokenizer.json with HFTokenizer.from_dir instead"
         )
     tokens = list(_field(reader, "tokenizer.ggml.tokens"))
     types = list(_field(reader, "tokenizer.ggml.token_type", [1] * len(tokens)))
+    if kind == "llama":
+        tok = _sentencepiece(reader, tokens, types)
+    else:
+        tok = _byte_level(reader, path, tokens, types)
+    return _wrap(reader, path, tok, len(tokens))
+
+
+def _byte_level(reader, path: str, tokens: list[str], types: list[int]):
+    """A `tokenizers.Tokenizer` for a byte-level BPE ("gpt2") vocabulary."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models
+
     merges = [tuple(m.split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges")]
     pre = _field(reader, "tokenizer.ggml.pre", "default")
     pre_tokenizer, ignore_merges = _pre_tokenizer(pre, path)
@@ -215,10 +283,15 @@ def gguf_tokenizer(path: str) -> GGUFTokenizer:
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([t for t in added if t.special])
     tok.add_tokens([t for t in added if not t.special])
+    return tok
+
+
+def _wrap(reader, path: str, tok, n_tokens: int) -> GGUFTokenizer:
+    """`tok` with the file's special ids, chat template and BOS flag."""
 
     def token_id(key: str) -> int | None:
         value = _field(reader, f"tokenizer.ggml.{key}", None)
-        if value is not None and not 0 <= int(value) < len(tokens):
+        if value is not None and not 0 <= int(value) < n_tokens:
             raise ValueError(f"{path}: tokenizer.ggml.{key}={value} is outside the vocabulary")
         return None if value is None else int(value)
 

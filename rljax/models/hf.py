@@ -1,4 +1,5 @@
-"""Hugging Face Llama, Qwen2, Mistral and Mixtral checkpoints (config.json + safetensors).
+"""Hugging Face Llama, Qwen2/3, Mistral, Mixtral and Gemma 3 text checkpoints (config.json +
+safetensors).
 
 Everything is read from and written to a local directory; nothing is fetched from a hub.
 Tensors are read on the host (numpy, bf16 through ml_dtypes) and converted to our layouts:
@@ -6,7 +7,8 @@ HF `nn.Linear` weights are [out, in], ours are [in, ...] with the heads split ou
 `q_proj.weight [H*hd, D]` -> `q_proj [D, H, hd]`. RoPE uses the same rotate-half layout as HF,
 so q/k need no permutation. Mixtral's experts are stored one tensor per expert
 (`block_sparse_moe.experts.{e}.w1/w2/w3`, the layout transformers writes and real checkpoints
-use) and stacked into our [expert, ...] MoE parameters.
+use) and stacked into our [expert, ...] MoE parameters. Gemma 3's norm weights w (scale
+1 + w) are kept as stored: our RMSNorm applies the offset (`norm_unit_offset`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,18 @@ _ARCHITECTURES = {
     "mixtral": "MixtralForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
 }
+_GEMMA3 = "gemma3_text"
+# The TransformerConfig fields only Gemma 3 sets, with the values a Gemma 3 config has.
+_GEMMA3_FIELDS = dict(
+    norm_unit_offset=True,
+    sandwich_norms=True,
+    scale_embeddings=True,
+    mlp_activation="gelu_tanh",
+    qk_norm=True,
+)
+_GEMMA3_ACTIVATION = "gelu_pytorch_tanh"  # HF's name for GELU with the tanh approximation
 _QWEN3 = ("qwen3", "qwen3_moe")  # per-head q/k RMSNorm; attention_bias sets all four biases
 _MOE = ("mixtral", "qwen3_moe")  # the families with experts
 # Families whose every layer has the sliding window of config.json's `sliding_window` (null: off).
@@ -194,6 +207,8 @@ def config_from_hf(hf_config: dict[str, Any]) -> TransformerConfig:
             f"architectures {archs} are not supported for model_type {model_type!r}; "
             f"rljax loads only {_ARCHITECTURES[model_type]}"
         )
+    if model_type == _GEMMA3:
+        return _gemma3_from_hf(hf)
     act = hf.get("hidden_act", "silu")
     if act != "silu":
         raise ValueError(f"hidden_act={act!r} is not supported: rljax's MLP is SwiGLU with silu")
@@ -233,6 +248,150 @@ def config_from_hf(hf_config: dict[str, Any]) -> TransformerConfig:
         )
     except KeyError as e:
         raise ValueError(f"config.json lacks required field {e.args[0]!r}") from None
+
+
+def _gemma3_rope_from_hf(hf: dict[str, Any]) -> dict[str, Any]:
+    """rope_theta, rope_scaling (full-attention layers) and rope_local_theta of a Gemma 3
+    config.json: transformers 5's per-layer-type `rope_parameters`, or 4.x's `rope_theta`,
+    `rope_scaling` and `rope_local_base_freq` (defaults 1e6 and 1e4, as Gemma3TextConfig)."""
+    params = hf.get("rope_parameters") or {}
+    full = params.get("full_attention") or {
+        "rope_theta": hf.get("rope_theta", 1_000_000.0),
+        **(hf.get("rope_scaling") or {}),
+    }
+    local = params.get("sliding_attention") or {
+        "rope_theta": hf.get("rope_local_base_freq", 10_000.0)
+    }
+    if local.get("rope_type", local.get("type", "default")) != "default":
+        raise ValueError(
+            f"sliding_attention rope_parameters {local} are not supported: rljax rotates "
+            "Gemma 3's local layers with the default RoPE of base rope_local_base_freq"
+        )
+    theta, scaling = _rope_from_hf({"rope_parameters": full})
+    return dict(rope_theta=theta, rope_scaling=scaling, rope_local_theta=float(local["rope_theta"]))
+
+
+def _gemma3_from_hf(hf: dict[str, Any]) -> TransformerConfig:
+    """A TransformerConfig from a Gemma 3 text (`gemma3_text`) config.json, with
+    Gemma3TextConfig's defaults for the fields it omits."""
+    act = hf.get("hidden_activation", hf.get("hidden_act", _GEMMA3_ACTIVATION))
+    if act != _GEMMA3_ACTIVATION:
+        raise ValueError(
+            f"hidden_activation={act!r} is not supported for gemma3_text: rljax's GeGLU uses "
+            f"{_GEMMA3_ACTIVATION!r}"
+        )
+    if hf.get("attn_logit_softcapping") is not None:
+        raise ValueError(
+            f"attn_logit_softcapping={hf['attn_logit_softcapping']} is not supported: "
+            "transformers' Gemma 3 ignores it and Gemma 3 checkpoints set null; set it to null"
+        )
+    if hf.get("use_bidirectional_attention"):
+        raise ValueError(
+            "use_bidirectional_attention=true is not supported: rljax's Gemma 3 is causal"
+        )
+    n = hf.get("num_hidden_layers", 0)
+    types = hf.get("layer_types")
+    if types is None:  # Gemma3TextConfig's default: every `sliding_window_pattern`-th is global
+        pattern = hf.get("sliding_window_pattern", 6)
+        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
+    windows = _windows_from_hf(
+        {
+            "use_sliding_window": True,
+            "sliding_window": hf.get("sliding_window", 4096),
+            "layer_types": types,
+        },
+        "qwen2",
+    )
+    try:
+        heads, d_model = hf["num_attention_heads"], hf["hidden_size"]
+        head_dim = hf.get("head_dim", 256)
+        scalar = hf.get("query_pre_attn_scalar", 256)
+        return TransformerConfig(
+            vocab_size=hf.get("vocab_size", 262_208),
+            d_model=d_model,
+            n_layers=hf["num_hidden_layers"],
+            n_heads=heads,
+            n_kv_heads=hf.get("num_key_value_heads") or heads,
+            d_ff=hf["intermediate_size"],
+            head_dim=None if head_dim * heads == d_model else head_dim,
+            rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
+            qkv_bias=bool(hf.get("attention_bias", False)),
+            o_bias=bool(hf.get("attention_bias", False)),
+            tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
+            query_pre_attn_scalar=None if scalar == head_dim else int(scalar),
+            final_logit_softcap=hf.get("final_logit_softcapping"),
+            **_gemma3_rope_from_hf(hf),
+            **windows,
+            **_GEMMA3_FIELDS,
+        )
+    except KeyError as e:
+        raise ValueError(f"config.json lacks required field {e.args[0]!r}") from None
+
+
+def _gemma3_to_hf(config: TransformerConfig) -> dict[str, Any]:
+    """The config.json fields of a Gemma 3 text model (both transformers 4 and 5 rope fields).
+
+    Raises:
+      ValueError: a config Gemma 3 cannot express (no local RoPE base, unequal biases).
+    """
+    if config.rope_local_theta is None:
+        raise ValueError(
+            "gemma3_text needs TransformerConfig.rope_local_theta (rope_local_base_freq); set it "
+            "to save this config as Gemma 3"
+        )
+    if config.qkv_bias != config.o_bias:
+        raise ValueError(
+            "Gemma3ForCausalLM's attention_bias sets q/k/v and output biases together, but "
+            f"this config has qkv_bias={config.qkv_bias}, o_bias={config.o_bias}; save it as "
+            "'qwen2'"
+        )
+    scaling = config.rope_scaling_dict
+    local = {"rope_type": "default", "rope_theta": config.rope_local_theta}
+    windows = config.layer_windows
+    return {
+        "hidden_activation": _GEMMA3_ACTIVATION,
+        "attention_bias": config.qkv_bias,
+        "query_pre_attn_scalar": config.query_pre_attn_scalar or config.resolved_head_dim,
+        "attn_logit_softcapping": None,
+        "final_logit_softcapping": config.final_logit_softcap,
+        "rope_local_base_freq": config.rope_local_theta,
+        "rope_parameters": {
+            "full_attention": {
+                "rope_type": "default",
+                **(scaling or {}),
+                "rope_theta": config.rope_theta,
+            },
+            "sliding_attention": local,
+        },
+        "sliding_window": config.sliding_window,
+        "layer_types": ["sliding_attention" if w else "full_attention" for w in windows],
+        "use_bidirectional_attention": False,
+    }
+
+
+def _check_gemma3_fields(config: TransformerConfig, model_type: str) -> None:
+    """Gemma 3's numerics are saved as gemma3_text and only there (a one-line error else)."""
+    gemma = model_type == _GEMMA3
+    for field, value in _GEMMA3_FIELDS.items():
+        if field == "qk_norm" and not gemma:
+            continue  # Qwen3 has q/k norms too
+        if (getattr(config, field) == value) != gemma:
+            raise ValueError(
+                f"model_type={model_type!r} cannot hold a config with {field}="
+                f"{getattr(config, field)!r}; "
+                + ("Gemma 3 always has it" if gemma else "save it with model_type='gemma3_text'")
+            )
+    if not gemma:
+        for field in (
+            "query_pre_attn_scalar",
+            "rope_local_theta",
+            "final_logit_softcap",
+        ):
+            if getattr(config, field) is not None:
+                raise ValueError(
+                    f"model_type={model_type!r} cannot hold a config with {field}="
+                    f"{getattr(config, field)}; save it with model_type='gemma3_text'"
+                )
 
 
 def _family_to_hf(config: TransformerConfig, model_type: str) -> dict[str, Any]:
@@ -303,7 +462,8 @@ def config_to_hf(config: TransformerConfig, model_type: str = "qwen2") -> dict[s
             f"model_type={model_type!r} cannot hold a config with num_experts=0; save dense "
             "models as 'llama', 'qwen2', 'qwen3' or 'mistral'"
         )
-    if config.qk_norm != (model_type in _QWEN3):
+    _check_gemma3_fields(config, model_type)
+    if model_type != _GEMMA3 and config.qk_norm != (model_type in _QWEN3):
         raise ValueError(
             f"model_type={model_type!r} cannot hold a config with qk_norm={config.qk_norm}; "
             + (
@@ -349,6 +509,10 @@ def config_to_hf(config: TransformerConfig, model_type: str = "qwen2") -> dict[s
         "torch_dtype": config.param_dtype,
         "dtype": config.param_dtype,
     }
+    if model_type == _GEMMA3:
+        del hf["hidden_act"]  # Gemma names it hidden_activation
+        hf.update(_gemma3_to_hf(config))
+        return hf
     if model_type == "llama":
         hf.update(attention_bias=config.qkv_bias, mlp_bias=False)
     elif model_type in _QWEN3:
@@ -465,13 +629,25 @@ def _specs(config: TransformerConfig, model_type: str | None = None) -> list[_Sp
             _Spec(
                 pre + "input_layernorm.weight", ("layers", i, "attn_norm", "weight"), (d,), *same
             ),
-            _Spec(
-                pre + "post_attention_layernorm.weight",
-                ("layers", i, "mlp_norm", "weight"),
-                (d,),
-                *same,
-            ),
         ]
+        if config.sandwich_norms:  # Gemma: post_attention_layernorm norms the attention output
+            specs += [
+                _Spec(pre + f"{n}.weight", ("layers", i, ours, "weight"), (d,), *same)
+                for n, ours in (
+                    ("post_attention_layernorm", "post_attn_norm"),
+                    ("pre_feedforward_layernorm", "mlp_norm"),
+                    ("post_feedforward_layernorm", "post_mlp_norm"),
+                )
+            ]
+        else:
+            specs.append(
+                _Spec(
+                    pre + "post_attention_layernorm.weight",
+                    ("layers", i, "mlp_norm", "weight"),
+                    (d,),
+                    *same,
+                )
+            )
         if config.qk_norm:
             specs += [
                 _Spec(attn + f"{n}.weight", ("layers", i, "attn", n, "weight"), (hd,), *same)

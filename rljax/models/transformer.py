@@ -1,4 +1,5 @@
-"""Decoder-only transformer (Llama, Qwen2, Mistral, Mixtral), with a preallocated KV cache.
+"""Decoder-only transformer (Llama, Qwen2/3, Mistral, Mixtral, Gemma 3), with a preallocated KV
+cache.
 
 The model is defined with flax.nnx and used functionally: `create_model` returns
 `(graphdef, params)` once, the params (an `nnx.State`) live in the train state, and jitted code
@@ -87,24 +88,38 @@ def _param(rngs: nnx.Rngs, shape: tuple[int, ...], axes: tuple[str, ...], dtype,
 
 
 class RMSNorm(nnx.Module):
-    """y = x / sqrt(mean(x^2) + eps) * w, normalised in float32 (as HF Llama/Qwen2 do)."""
+    """y = x / sqrt(mean(x^2) + eps) * w, normalised in float32 (as HF Llama/Qwen2 do); with
+    `unit_offset` (Gemma) y = (x / sqrt(mean(x^2) + eps) * (1 + w)) in float32, then cast, as
+    HF Gemma does, and w starts at zero."""
 
-    def __init__(self, dim: int, eps: float, dtype, *, rngs: nnx.Rngs):
-        self.weight = _param(rngs, (dim,), ("norm",), dtype, std=None)
+    def __init__(self, dim: int, eps: float, dtype, *, rngs: nnx.Rngs, unit_offset: bool = False):
+        self.weight = _param(rngs, (dim,), ("norm",), dtype, std=0 if unit_offset else None)
         self.eps = eps
+        self.unit_offset = unit_offset
 
     def __call__(self, x: jax.Array) -> jax.Array:
         x32 = x.astype(jnp.float32)
         x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        if self.unit_offset:
+            return (x32 * (1.0 + self.weight[...].astype(jnp.float32))).astype(x.dtype)
         return self.weight[...].astype(x.dtype) * x32.astype(x.dtype)
 
 
-def rope_frequencies(config: TransformerConfig) -> jax.Array:
-    """Inverse frequencies [head_dim // 2], with HF's "linear" and "llama3" scaling rules."""
+def _norm(config: TransformerConfig, dim: int, rngs: nnx.Rngs) -> RMSNorm:
+    """An RMSNorm of `dim` with the config's epsilon, storage dtype and (Gemma) unit offset."""
+    return RMSNorm(
+        dim, config.rms_eps, config.storage_dtype, rngs=rngs, unit_offset=config.norm_unit_offset
+    )
+
+
+def rope_frequencies(config: TransformerConfig, local: bool = False) -> jax.Array:
+    """Inverse frequencies [head_dim // 2], with HF's "linear" and "llama3" scaling rules; with
+    `local`, those of the sliding-window layers' own base `rope_local_theta`, unscaled."""
     dim = config.resolved_head_dim
-    inv_freq = 1.0 / (config.rope_theta ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
+    theta = config.rope_local_theta if local else config.rope_theta
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
     scaling = config.rope_scaling_dict
-    if scaling is None:
+    if scaling is None or local:
         return inv_freq
     kind = scaling.get("rope_type", scaling.get("type"))
     if kind == "linear":
@@ -132,7 +147,7 @@ def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.A
     return out.astype(x.dtype)
 
 
-def _query_chunked_attention(q, k, v, allowed, impl: str, dt, chunk: int):
+def _query_chunked_attention(q, k, v, allowed, impl: str, dt, chunk: int, scalar=None):
     """`attend` over blocks of `chunk` queries at a time, each block rematerialised
     in the backward pass: the [B, heads, chunk, S] scores of one block are live instead of
     [B, heads, T, S], so training memory grows linearly in the sequence length. Each query
@@ -144,14 +159,14 @@ def _query_chunked_attention(q, k, v, allowed, impl: str, dt, chunk: int):
     q = jnp.pad(q, ((0, 0), (0, pad)) + ((0, 0),) * 3)
     allowed = jnp.pad(allowed, ((0, 0), (0, pad), (0, 0)))
     blocks = lambda x: jnp.moveaxis(x.reshape(b, n, chunk, *x.shape[2:]), 1, 0)
-    core = jax.checkpoint(lambda qi, ai: attend(qi, k, v, ai, impl, dt))
+    core = jax.checkpoint(lambda qi, ai: attend(qi, k, v, ai, impl, dt, scalar))
     out = jax.lax.map(lambda xs: core(*xs), (blocks(q), blocks(allowed)))
     return jnp.moveaxis(out, 0, 1).reshape(b, n * chunk, *out.shape[3:])[:, :t]
 
 
 class Attention(nnx.Module):
-    """Grouped-query self-attention with optional q/k/v and output biases and per-head q/k
-    RMSNorm (Qwen3)."""
+    """Grouped-query self-attention with optional q/k/v and output biases, per-head q/k
+    RMSNorm (Qwen3, Gemma 3), and Gemma's query_pre_attn_scalar."""
 
     def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
         d, h, k, hd = config.d_model, config.n_heads, config.n_kv_heads, config.resolved_head_dim
@@ -168,8 +183,8 @@ class Attention(nnx.Module):
         if config.o_bias:
             self.o_bias = _param(rngs, (d,), ("embed",), pd, 0)
         if config.qk_norm:
-            self.q_norm = RMSNorm(hd, config.rms_eps, pd, rngs=rngs)
-            self.k_norm = RMSNorm(hd, config.rms_eps, pd, rngs=rngs)
+            self.q_norm = _norm(config, hd, rngs)
+            self.k_norm = _norm(config, hd, rngs)
 
     def _project(self, x, name):
         """x [B, T, D] -> [B, T, heads, head_dim]: projection, bias, and (q, k) the head norm."""
@@ -195,10 +210,13 @@ class Attention(nnx.Module):
         b, t, h, hd = q.shape
         q = q.reshape(b, t, cfg.n_kv_heads, h // cfg.n_kv_heads, hd)
         chunk = cfg.attention_chunk
+        scalar = cfg.query_pre_attn_scalar
         if not cached and 0 < chunk < t:
-            out = _query_chunked_attention(q, keys, values, allowed, cfg.attention_impl, dt, chunk)
+            out = _query_chunked_attention(
+                q, keys, values, allowed, cfg.attention_impl, dt, chunk, scalar
+            )
         else:
-            out = attend(q, keys, values, allowed, cfg.attention_impl, dt)
+            out = attend(q, keys, values, allowed, cfg.attention_impl, dt, scalar)
         out = jnp.einsum("bthk,hkd->btd", out.reshape(b, t, h, hd), self.o_proj[...].astype(dt))
         if cfg.o_bias:
             out = out + self.o_bias[...].astype(dt)
@@ -206,11 +224,13 @@ class Attention(nnx.Module):
 
 
 class MLP(nnx.Module):
-    """SwiGLU: down(silu(gate(x)) * up(x))."""
+    """SwiGLU: down(silu(gate(x)) * up(x)); GeGLU with tanh-approximated GELU in place of silu
+    when `config.mlp_activation == "gelu_tanh"` (Gemma)."""
 
     def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
         d, f, pd = config.d_model, config.d_ff, config.storage_dtype
         self.dtype = config.compute_dtype
+        self.activation = config.mlp_activation
         self.gate_proj = _param(rngs, (d, f), ("embed", "mlp"), pd, 0.02)
         self.up_proj = _param(rngs, (d, f), ("embed", "mlp"), pd, 0.02)
         self.down_proj = _param(rngs, (f, d), ("mlp", "embed"), pd, 0.02)
@@ -219,19 +239,28 @@ class MLP(nnx.Module):
         dt = self.dtype
         gate = x @ self.gate_proj[...].astype(dt)
         up = x @ self.up_proj[...].astype(dt)
-        return (jax.nn.silu(gate) * up) @ self.down_proj[...].astype(dt)
+        if self.activation == "gelu_tanh":
+            gate = jax.nn.gelu(gate, approximate=True)
+        else:
+            gate = jax.nn.silu(gate)
+        return (gate * up) @ self.down_proj[...].astype(dt)
 
 
 class Block(nnx.Module):
     """Pre-norm decoder block: x + attn(norm(x)), then x + mlp(norm(x)); the MLP is a
-    mixture of experts when `config.num_experts > 0`."""
+    mixture of experts when `config.num_experts > 0`. With `config.sandwich_norms` (Gemma)
+    the attention and MLP outputs are normed too: x + post_attn_norm(attn(attn_norm(x)))."""
 
     def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
-        pd = config.storage_dtype
-        self.attn_norm = RMSNorm(config.d_model, config.rms_eps, pd, rngs=rngs)
+        d = config.d_model
+        self.attn_norm = _norm(config, d, rngs)
         self.attn = Attention(config, rngs=rngs)
-        self.mlp_norm = RMSNorm(config.d_model, config.rms_eps, pd, rngs=rngs)
+        self.mlp_norm = _norm(config, d, rngs)
         self.mlp = MoEMLP(config, rngs=rngs) if config.num_experts else MLP(config, rngs=rngs)
+        self.sandwich_norms = config.sandwich_norms
+        if config.sandwich_norms:
+            self.post_attn_norm = _norm(config, d, rngs)
+            self.post_mlp_norm = _norm(config, d, rngs)
 
 
 @chex.dataclass
@@ -260,12 +289,17 @@ def _block(layer: Block, x, positions, inv_freq, allowed, cache, routes, num_exp
     q, k, v = layer.attn.qkv(layer.attn_norm(x), positions, inv_freq)
     if cache is not None:
         cache, k, v = cache.write(k, v)
-    x = x + layer.attn.attend(q, k, v, allowed, cached=cache is not None)
+    out = layer.attn.attend(q, k, v, allowed, cached=cache is not None)
+    if layer.sandwich_norms:
+        out = layer.post_attn_norm(out)
+    x = x + out
     used = None
     if num_experts:
         out, used = layer.mlp(layer.mlp_norm(x), routes)
     else:
         out = layer.mlp(layer.mlp_norm(x))
+    if layer.sandwich_norms:
+        out = layer.post_mlp_norm(out)
     return x + out, cache, used
 
 
@@ -309,6 +343,14 @@ def _window_sizes(config: TransformerConfig) -> jax.Array | None:
     return jnp.asarray([full if w is None else w for w in config.layer_windows], jnp.int32)
 
 
+def _local_rope(config: TransformerConfig) -> jax.Array | None:
+    """Per layer, whether it rotates with the local RoPE base, as bool [n_layers], or None
+    when every layer uses the global one."""
+    if not any(config.layer_local_rope):
+        return None
+    return jnp.asarray(config.layer_local_rope)
+
+
 class Transformer(nnx.Module):
     """Llama/Qwen2 decoder over stacked blocks. Call `hidden_states` then `logits`, or
     `__call__` for both."""
@@ -318,7 +360,7 @@ class Transformer(nnx.Module):
         pd = config.storage_dtype
         self.embed = _param(rngs, (config.vocab_size, config.d_model), ("vocab", "embed"), pd, 0.02)
         self.layers = _stacked_block([Block(config, rngs=rngs) for _ in range(config.n_layers)])
-        self.final_norm = RMSNorm(config.d_model, config.rms_eps, pd, rngs=rngs)
+        self.final_norm = _norm(config, config.d_model, rngs)
         if not config.tie_embeddings:
             self.lm_head = _param(
                 rngs, (config.d_model, config.vocab_size), ("embed", "vocab"), pd, 0.02
@@ -382,19 +424,24 @@ class Transformer(nnx.Module):
             allowed = allowed & (segment_ids[:, :, None] == segment_ids[:, None, :])
         windows = _window_sizes(cfg)
         distance = None if windows is None else positions[:, :, None] - k_positions[:, None, :]
+        local_rope = _local_rope(cfg)
         inv_freq = rope_frequencies(cfg)
+        inv_freq_local = None if local_rope is None else rope_frequencies(cfg, local=True)
         x = self.embed[...].astype(cfg.compute_dtype)[tokens]
+        if cfg.scale_embeddings:  # sqrt(d) rounded to the compute dtype, as HF Gemma does
+            x = x * jnp.asarray(math.sqrt(cfg.d_model), cfg.compute_dtype)
         block_def, block_params = nnx.split(self.layers)
 
         def body(carry, per_layer):
             x, layer_cache = carry
-            params, window, layer_routes = per_layer
+            params, window, local, layer_routes = per_layer
             layer_allowed = allowed if window is None else allowed & (distance < window)
+            layer_freq = inv_freq if local is None else jnp.where(local, inv_freq_local, inv_freq)
             x, layer_cache, used = _block(
                 nnx.merge(block_def, params),
                 x,
                 positions,
-                inv_freq,
+                layer_freq,
                 layer_allowed,
                 layer_cache,
                 layer_routes,
@@ -418,7 +465,7 @@ class Transformer(nnx.Module):
         (x, layer_cache), used = jax.lax.scan(
             body,
             (x, layer_cache),
-            (block_params, windows, layer_routes),
+            (block_params, windows, local_rope, layer_routes),
             unroll=1 if cfg.scan_layers else cfg.n_layers,
         )
         hidden = self.final_norm(x)
@@ -442,10 +489,13 @@ class Transformer(nnx.Module):
         return self.lm_head[...].astype(dt)
 
     def logits(self, hidden: jax.Array) -> jax.Array:
-        """Float32 logits [..., vocab] from hidden states [..., d_model]."""
-        return jnp.einsum(
+        """Float32 logits [..., vocab] from hidden states [..., d_model], soft-capped when
+        `config.final_logit_softcap` is set."""
+        logits = jnp.einsum(
             "...d,dv->...v", hidden, self.output_head(), preferred_element_type=jnp.float32
         )
+        cap = self.config.final_logit_softcap
+        return logits if cap is None else cap * jnp.tanh(logits / cap)
 
     def __call__(self, tokens, positions, mask, cache=None, routes=None, return_routes=False):
         """Logits [B, T, V] (float32) and the updated cache (and the routes used, with

