@@ -8,8 +8,10 @@ For each layer count (default 4, 8, 16, 32, 64) of a small Llama/Qwen-style mode
   T new tokens);
 - update: `steps.update` of a GRPO run config as the driver builds it (`build_algorithm`,
   `build_optimizer`, `build_train_state`, the causal kind's `make_steps` on the trainer's
-  one-device mesh) on B rows of P + T tokens; its input shapes come from `jax.eval_shape` of
+  mesh) on B rows of P + T tokens; its input shapes come from `jax.eval_shape` of
   `steps.prepare`, so nothing else compiles first.
+Each process sees the devices of a plain run (on a CPU, one: a forced host device count in
+XLA_FLAGS, as the test suite sets, is dropped).
 The model is `scratch_model_config(config.model)` with the vocabulary and each variant's
 overrides replaced. Every process runs with JAX's persistent compilation cache off
 (`jax_enable_compilation_cache=False`, no `JAX_COMPILATION_CACHE_DIR`), so no point reuses
@@ -196,6 +198,10 @@ def measure(step: str, layers: int, overrides: dict[str, Any], shape: Shape) -> 
 def run_point(cmd: list[str], timeout_s: float) -> dict[str, Any]:
     """Runs one measuring process; its JSON (last stdout line) or {"error": one line}."""
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    # One CPU device, as a plain run has: a forced device count (the test suite's) would make
+    # the trainer's mesh split the B / G prompts over devices.
+    flags = env.get("XLA_FLAGS", "").split()
+    env["XLA_FLAGS"] = " ".join(f for f in flags if "force_host_platform_device_count" not in f)
     try:
         proc = subprocess.run(
             cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
@@ -279,6 +285,8 @@ def markdown(report: dict[str, Any]) -> str:
         row = summary[c][str(n)]
         if row["median_s"] is None:
             return "; ".join(row["errors"]) or "-"
+        if row["over_first"] is None:  # no time at the first layer count
+            return f"{row['median_s']:.1f}"
         return f"{row['median_s']:.1f} ({row['over_first']:.2f}x)"
 
     def ratio(a: str, b: str, n: int) -> str:
