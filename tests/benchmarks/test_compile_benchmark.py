@@ -117,7 +117,7 @@ def test_smoke_two_layer_counts_fresh_processes(tmp_path):
     assert "| layers | rollout/default s (x 1 layers) |" in table
 
 
-@pytest.mark.slow  # four compilations of the toy update in fresh processes: ~40 s
+@pytest.mark.slow  # two toy updates + two failed Tunix starts, fresh processes: 2 min loaded
 def test_update_and_a_failing_tunix_python_are_both_reported(tmp_path):
     out = tmp_path / "compile.json"
     # This venv has no tunix: the Tunix point fails, and its one-line error lands in the table.
