@@ -21,16 +21,21 @@ the model, its graphdef and the sampler stay as they are, and LoRA is one pure f
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import safetensors.numpy
 from flax import nnx
 
 from rljax.core.state import FrozenBase, TrainState
+from rljax.models.config import TransformerConfig
+from rljax.models.hf import tensor_names
 from rljax.parallel.distributed import fetch
 
 # Target name (config `lora.targets`) -> (kernel name, input axes, output axes).
@@ -176,3 +181,70 @@ def frozen_base(base: nnx.State, rank: int, alpha: float) -> FrozenBase:
 def count(tree: Any) -> int:
     """Number of scalars in a pytree (trainable parameters of adapters or a full policy)."""
     return sum(math.prod(x.shape) for x in jax.tree.leaves(tree))
+
+
+PEFT_PREFIX = "base_model.model."  # PEFT's wrappers (PeftModel, LoraModel) around the HF model
+
+
+def save_peft_adapter(
+    path: str,
+    config: TransformerConfig,
+    adapters: Adapters,
+    scale: float | jax.Array,
+    model_type: str = "qwen2",
+    base_model_name_or_path: str | None = None,
+) -> None:
+    """Write adapters as a PEFT LoRA directory (`peft.PeftModel.from_pretrained` loads it onto
+    the base saved by `save_hf_checkpoint` with the same `model_type`); for one merged
+    checkpoint instead, `save_hf_checkpoint(path, config, merged_params(state))`.
+
+    adapter_model.safetensors holds, per adapted HF linear `{name}.weight` [out, in],
+    `base_model.model.{name}.lora_A.weight` = A^T [r, in] and `lora_B.weight` = B^T [out, r]
+    (float32): our kernels flatten to [in, out] in HF's index order, so
+    W_hf + (lora_alpha / r) B^T A^T is the transpose of the merged kernel. adapter_config.json
+    has r, lora_alpha = scale * r, target_modules (HF names) and base_model_name_or_path.
+
+    Raises:
+      ValueError: adapters on MoE experts (PEFT adapts per-module linears, not stacked
+        experts), or on a kernel the model type's checkpoint has no tensor for.
+    """
+    names = tensor_names(config, model_type)
+    tensors: dict[str, np.ndarray] = {}
+    modules, ranks = set(), set()
+    for path_names, adapter in _flat(adapters).items():
+        hf = names.get(path_names)
+        if hf is None or len(hf) != 1 or adapter["a"].ndim != 2:
+            raise ValueError(
+                f"adapter on {'/'.join(path_names)} has no single {model_type} linear to "
+                "export to PEFT (MoE expert adapters are not supported); export merged "
+                "weights with save_hf_checkpoint(path, config, merged_params(state))"
+            )
+        module = hf[0].removesuffix(".weight")
+        a, b = np.asarray(fetch(adapter["a"]), np.float32), np.asarray(fetch(adapter["b"]))
+        tensors[f"{PEFT_PREFIX}{module}.lora_A.weight"] = np.ascontiguousarray(a.T)
+        tensors[f"{PEFT_PREFIX}{module}.lora_B.weight"] = np.ascontiguousarray(
+            b.astype(np.float32).T
+        )
+        modules.add(module.rsplit(".", 1)[-1])
+        ranks.add(a.shape[-1])
+    (rank,) = ranks
+    adapter_config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": rank,
+        "lora_alpha": float(scale) * rank,
+        "target_modules": sorted(modules),
+        "base_model_name_or_path": base_model_name_or_path,
+        "bias": "none",
+        "lora_dropout": 0.0,
+        "fan_in_fan_out": False,
+        "use_rslora": False,
+        "use_dora": False,
+        "inference_mode": True,
+    }
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "adapter_config.json"), "w", encoding="utf-8") as fh:
+        json.dump(adapter_config, fh, indent=2, sort_keys=True)
+    safetensors.numpy.save_file(
+        tensors, os.path.join(path, "adapter_model.safetensors"), metadata={"format": "pt"}
+    )
