@@ -36,6 +36,8 @@ from flax import nnx
 from rljax.core.state import FrozenBase, TrainState
 from rljax.models.config import TransformerConfig
 from rljax.models.hf import tensor_names
+from rljax.models.int8 import dequantized, is_int8, quantize
+from rljax.models.low_rank import LoraKernel
 from rljax.parallel.distributed import fetch
 
 # Target name (config `lora.targets`) -> (kernel name, input axes, output axes).
@@ -127,8 +129,9 @@ def delta(adapter: dict[str, jax.Array], shape: tuple[int, ...]) -> jax.Array:
 def merge(base: nnx.State, adapters: Adapters, scale: jax.Array | float) -> nnx.State:
     """The adapted policy: each targeted kernel W -> W + scale * A @ B (in float32, stored in
     W's dtype); every other parameter is the base's own array. Pure and differentiable in
-    `adapters`, so under `jax.grad` only A and B get gradients."""
-    flat = _flat(adapters)
+    `adapters`, so under `jax.grad` only A and B get gradients. An int8 base
+    (`quantize_base`) is dequantized first."""
+    base, flat = dequantized(base), _flat(adapters)
 
     def one(path, kernel):
         adapter = flat.get(_names(path))
@@ -136,6 +139,30 @@ def merge(base: nnx.State, adapters: Adapters, scale: jax.Array | float) -> nnx.
             return kernel
         update = scale * delta(adapter, kernel.shape)
         return (kernel.astype(jnp.float32) + update).astype(kernel.dtype)
+
+    return jax.tree_util.tree_map_with_path(one, base)
+
+
+def unmerged(base: nnx.State, adapters: Adapters, scale: jax.Array | float) -> nnx.State:
+    """The adapted policy without merged weights: each targeted dense kernel becomes a
+    `LoraKernel` (W, A, B, scale) that the model's projections apply as x W + scale (x A) B
+    (`rljax.models.low_rank.dense`); MoE expert kernels (an expert axis before their in/out
+    axes) are merged as in `merge`. Same function as `merge` up to rounding."""
+    base, flat = dequantized(base), _flat(adapters)
+    scale = jnp.asarray(scale, jnp.float32)
+
+    def one(path, kernel):
+        names = _names(path)
+        adapter = flat.get(names)
+        if adapter is None:
+            return kernel
+        target = next(t for t, spec in TARGETS.items() if spec[0] == names[-1])
+        _, n_in, n_out = TARGETS[target]
+        if kernel.ndim > n_in + n_out:  # experts
+            return (kernel.astype(jnp.float32) + scale * delta(adapter, kernel.shape)).astype(
+                kernel.dtype
+            )
+        return LoraKernel(w=kernel, a=adapter["a"], b=adapter["b"], scale=scale, n_in=n_in)
 
     return jax.tree_util.tree_map_with_path(one, base)
 
@@ -154,12 +181,21 @@ def merged_params(state: TrainState) -> nnx.State:
     return full_params(state.base, state.params)
 
 
+def sampler_params(state: TrainState, unmerged_adapters: bool) -> nnx.State:
+    """The sampler's parameters: `merged_params`, or under LoRA with `unmerged_adapters` the
+    base with `LoraKernel`s (`unmerged`; config `lora.sampler`)."""
+    if state.base is None or not unmerged_adapters:
+        return merged_params(state)
+    return unmerged(state.base.params, state.params, state.base.scale)
+
+
 def reference_params(state: TrainState, needs_reference: bool) -> nnx.State | None:
     """The KL reference policy: under LoRA the frozen base itself (no second copy of the
-    weights) when the algorithm reads a reference, else `state.ref_params`."""
+    weights; dequantized if stored in int8) when the algorithm reads a reference, else
+    `state.ref_params`."""
     if state.base is None:
         return state.ref_params
-    return state.base.params if needs_reference else None
+    return dequantized(state.base.params) if needs_reference else None
 
 
 def fingerprint(base: nnx.State) -> jax.Array:
@@ -173,14 +209,38 @@ def fingerprint(base: nnx.State) -> jax.Array:
     return jnp.asarray(np.frombuffer(digest.digest(), np.int32))
 
 
-def frozen_base(base: nnx.State, rank: int, alpha: float) -> FrozenBase:
-    """The train state's frozen base for adapters of `rank` scaled by alpha / rank."""
+def quantize_base(base: nnx.State) -> nnx.State:
+    """QLoRA's frozen base: every projection kernel (q/k/v/o, gate/up/down, experts too) as an
+    `Int8Kernel` with per-output-channel scales (`rljax.models.int8`); embeddings, norms, biases
+    and routers stay as they are. `merge`, `unmerged` and `reference_params` dequantize it."""
+    kinds = {kernel: (n_in, n_out) for kernel, n_in, n_out in TARGETS.values()}
+
+    def one(path, leaf):
+        names = _names(path)
+        if not names or names[-1] not in kinds:
+            return leaf
+        n_in, n_out = kinds[names[-1]]
+        lead = leaf.ndim - n_in - n_out
+        return quantize(leaf, tuple(range(lead, lead + n_in)))
+
+    return jax.tree_util.tree_map_with_path(one, base)
+
+
+def frozen_base(base: nnx.State, rank: int, alpha: float, quant: str = "none") -> FrozenBase:
+    """The train state's frozen base for adapters of `rank` scaled by alpha / rank, stored as
+    it is (quant "none") or with its kernels in int8 (`quantize_base`)."""
+    if quant not in ("none", "int8"):
+        raise ValueError(f"lora.base_quant={quant!r}; use 'none' or 'int8'")
+    if quant == "int8":
+        base = quantize_base(base)
     return FrozenBase(params=base, scale=jnp.float32(alpha / rank), fingerprint=fingerprint(base))
 
 
 def count(tree: Any) -> int:
-    """Number of scalars in a pytree (trainable parameters of adapters or a full policy)."""
-    return sum(math.prod(x.shape) for x in jax.tree.leaves(tree))
+    """Number of parameters in a pytree (trainable parameters of adapters or a full policy; an
+    int8 kernel counts its codes, not its scales)."""
+    leaves = jax.tree.leaves(tree, is_leaf=is_int8)
+    return sum(math.prod(x.q.shape if is_int8(x) else x.shape) for x in leaves)
 
 
 PEFT_PREFIX = "base_model.model."  # PEFT's wrappers (PeftModel, LoraModel) around the HF model

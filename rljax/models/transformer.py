@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rljax.models.config import TransformerConfig
+from rljax.models.low_rank import dense
 from rljax.models.moe import MoEMLP
 
 _MASKED = -1e30  # finite, so a row with no visible key gives a uniform (not NaN) attention.
@@ -180,7 +181,7 @@ class Attention(nnx.Module):
     def _project(self, x, name):
         """x [B, T, D] -> [B, T, heads, head_dim]: projection, bias, and (q, k) the head norm."""
         dt = self.config.compute_dtype
-        y = jnp.einsum("btd,dhk->bthk", x, getattr(self, f"{name}_proj")[...].astype(dt))
+        y = dense("btd,dhk->bthk", x, getattr(self, f"{name}_proj").get_value(), dt)
         if self.config.qkv_bias:
             y = y + getattr(self, f"{name}_bias")[...].astype(dt)
         if self.config.qk_norm and name != "v":
@@ -214,7 +215,7 @@ class Attention(nnx.Module):
             out = _query_chunked_attention(q, k_all, v_all, allowed, dt, chunk)
         else:
             out = _attention_core(q, k_all, v_all, allowed, dt)
-        out = jnp.einsum("bthk,hkd->btd", out.reshape(b, t, h, hd), self.o_proj[...].astype(dt))
+        out = dense("bthk,hkd->btd", out.reshape(b, t, h, hd), self.o_proj.get_value(), dt)
         if cfg.o_bias:
             out = out + self.o_bias[...].astype(dt)
         return out, kv
@@ -232,9 +233,9 @@ class MLP(nnx.Module):
 
     def __call__(self, x):
         dt = self.dtype
-        gate = x @ self.gate_proj[...].astype(dt)
-        up = x @ self.up_proj[...].astype(dt)
-        return (jax.nn.silu(gate) * up) @ self.down_proj[...].astype(dt)
+        gate = dense("...d,df->...f", x, self.gate_proj.get_value(), dt)
+        up = dense("...d,df->...f", x, self.up_proj.get_value(), dt)
+        return dense("...f,fd->...d", jax.nn.silu(gate) * up, self.down_proj.get_value(), dt)
 
 
 class Block(nnx.Module):

@@ -125,6 +125,8 @@ ADDED_SINCE = {
     "lora.rank": 0,
     "lora.alpha": 16.0,
     "lora.targets": ("q", "k", "v", "o"),
+    "lora.base_quant": "none",
+    "lora.sampler": "merged",
 }
 # Keys added with the diffusion policy on the driver (model.kind; the others are read by a
 # model.kind="diffusion" run only), at their defaults in a causal recipe.
