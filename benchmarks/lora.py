@@ -26,17 +26,25 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from benchmarks.update import machine
+from rljax.algorithms import grpo
+from rljax.core.batch import make_batch
+from rljax.core.state import init_train_state
 from rljax.models import lora
 from rljax.models.config import TransformerConfig
 from rljax.models.transformer import abstract_model
 from rljax.rollout.sampler import generate
+from rljax.train.steps import RolloutConfig, UpdateConfig, make_steps
 
 SMOLLM2 = TransformerConfig(
     vocab_size=49152,
@@ -52,6 +60,7 @@ TINY = TransformerConfig(
     vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128, tie_embeddings=True
 )
 RANK, ALPHA, TARGETS = 16, 32.0, ("q", "k", "v", "o")
+GROUP = 4
 OUT = os.path.join(os.path.dirname(__file__), "results", "lora_smollm2.json")
 
 
@@ -113,11 +122,120 @@ def sampler(cfg: TransformerConfig, batch: int, prompt: int, new_tokens: int, re
     )
 
 
+def _update_setup(cfg: TransformerConfig, use_lora: bool, rows: int, prompt: int, completion: int):
+    """(steps, state, batch) of a GRPO update on random weights: full fine-tuning, or rank-16
+    q/k/v/o adapters over the frozen base."""
+    graphdef, base = random_base(cfg)
+    algorithm, optimizer = grpo(group_size=GROUP), optax.adamw(1e-5)
+    params, frozen = base, None
+    if use_lora:
+        frozen = lora.frozen_base(base, RANK, ALPHA)
+        params = lora.init_adapters(base, RANK, TARGETS, jax.random.PRNGKey(0))
+    state = init_train_state(
+        params, optimizer, algorithm.transform, jax.random.PRNGKey(0), base=frozen
+    )
+    rollout = RolloutConfig(completion, GROUP, eos_id=-1, pad_id=0)
+    steps = make_steps(graphdef, optimizer, algorithm, rollout, UpdateConfig(vocab_chunk=16384))
+    rng = np.random.default_rng(0)
+    tokens = lambda n: jnp.asarray(rng.integers(2, cfg.vocab_size, (rows, n)), jnp.int32)  # noqa: E731
+    ones = lambda n: jnp.ones((rows, n), bool)  # noqa: E731
+    ids = jnp.arange(rows) // GROUP
+    rewards = jnp.asarray(rng.integers(0, 2, rows), jnp.float32)
+    batch = make_batch(
+        tokens(prompt), ones(prompt), tokens(completion), ones(completion), ids, rewards
+    )
+    state, batch, _ = steps.prepare(state, batch)
+    return steps, state, batch
+
+
+def update(cfg: TransformerConfig, rows: int, prompt: int, completion: int, repeats: int):
+    """Trainable parameters, peak update memory and update seconds, full vs LoRA."""
+    setups = {
+        name: _update_setup(cfg, name == "lora", rows, prompt, completion)
+        for name in ("full", "lora")
+    }
+    out = {}
+    for name, (steps, state, batch) in setups.items():
+        stats = steps.update.lower(state, batch).compile().memory_analysis()
+        peak = (
+            stats.argument_size_in_bytes
+            + stats.output_size_in_bytes
+            - stats.alias_size_in_bytes
+            + stats.temp_size_in_bytes
+        )
+        start = time.perf_counter()
+        state = jax.block_until_ready(steps.update(state, batch)[0])  # the old one is donated
+        setups[name] = (steps, state, batch)
+        out[name] = dict(
+            trainable_params=lora.count(state.params),
+            optimizer_state_params=lora.count(state.opt_state),
+            peak_bytes=peak,
+            argument_bytes=stats.argument_size_in_bytes,
+            temp_bytes=stats.temp_size_in_bytes,
+            first_call_s=time.perf_counter() - start,
+            times=[],
+        )
+    for _ in range(repeats):
+        for name, (steps, state, batch) in setups.items():
+            start = time.perf_counter()
+            state = jax.block_until_ready(steps.update(state, batch)[0])
+            out[name]["times"].append(time.perf_counter() - start)
+            setups[name] = (steps, state, batch)
+    for row in out.values():
+        row["update_s"] = statistics.median(row["times"])
+    pairs = zip(out["lora"]["times"], out["full"]["times"])
+    return dict(
+        model=dict(d_model=cfg.d_model, n_layers=cfg.n_layers, vocab=cfg.vocab_size),
+        rows=rows,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        adapters=dict(rank=RANK, alpha=ALPHA, targets=TARGETS),
+        **out,
+        lora_over_full_time=statistics.median(lo / fu for lo, fu in pairs),
+        lora_over_full_peak=out["lora"]["peak_bytes"] / out["full"]["peak_bytes"],
+    )
+
+
+def grpo_run(steps: int) -> dict:
+    """`configs/grpo_smollm2_arith_lora.py` for `steps` steps through the launcher: the
+    per-step mean reward and step time from its metrics.jsonl."""
+    with tempfile.TemporaryDirectory() as run_dir:
+        command = [
+            sys.executable,
+            "-m",
+            "launchers.train",
+            "--config=configs/grpo_smollm2_arith_lora.py",
+            f"--config.run_dir={run_dir}",
+            f"--config.train.steps={steps}",
+        ]
+        start = time.perf_counter()
+        subprocess.run(command, check=True)
+        wall = time.perf_counter() - start
+        with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as fh:
+            records = [json.loads(line) for line in fh]
+    per_step = [r for r in records if "reward/mean" in r]
+    rewards = [r["reward/mean"] for r in per_step]
+    half = len(rewards) // 2
+    return dict(
+        config="configs/grpo_smollm2_arith_lora.py",
+        steps=steps,
+        wall_s=wall,
+        reward_mean=rewards,
+        first_half_mean=statistics.mean(rewards[:half]),
+        second_half_mean=statistics.mean(rewards[half:]),
+        kl_to_ref=[r.get("kl_to_ref") for r in per_step],
+        trainable_params=per_step[-1].get("lora/trainable_params"),
+        base_params=per_step[-1].get("lora/base_params"),
+        step_s=[r.get("time/step_s") for r in per_step],
+    )
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--parts", default="sampler,update,grpo", help="comma-separated parts")
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--grpo-steps", type=int, default=10)
     p.add_argument("--out", default=OUT)
     return p.parse_args(argv)
 
@@ -138,6 +256,18 @@ def main(argv: list[str] | None = None) -> dict:
                 f"{row['merged_s']:.3f} s, unmerged {row['unmerged_s']:.3f} s, ratio "
                 f"{row['unmerged_over_merged']:.2f}"
             )
+    if "update" in parts:
+        cfg, shape = (TINY, (8, 16, 16)) if args.quick else (SMOLLM2, (8, 64, 48))
+        report["update"] = row = update(cfg, *shape, args.repeats)
+        print(
+            f"update: trainable {row['full']['trainable_params']} -> "
+            f"{row['lora']['trainable_params']}, peak {row['full']['peak_bytes'] / 2**20:.0f} -> "
+            f"{row['lora']['peak_bytes'] / 2**20:.0f} MiB, time {row['full']['update_s']:.2f} -> "
+            f"{row['lora']['update_s']:.2f} s (ratio {row['lora_over_full_time']:.2f})"
+        )
+    if "grpo" in parts:
+        report["grpo"] = row = grpo_run(args.grpo_steps)
+        print(f"grpo: reward/mean per step {row['reward_mean']}")
     report["machine"] = machine()
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as fh:

@@ -62,13 +62,14 @@ def _names(path: tuple[Any, ...]) -> tuple[str, ...]:
 
 
 def _kernels(base: nnx.State, targets: Sequence[str]) -> list[tuple[tuple[str, ...], Any, str]]:
-    """(path names, kernel, target) of every kernel of `base` that a target names."""
+    """(path names, kernel, target) of every kernel of `base` that a target names (an int8
+    kernel's codes stand for it)."""
     by_kernel = {TARGETS[t][0]: t for t in targets}
     found = []
-    for path, leaf in jax.tree_util.tree_flatten_with_path(base)[0]:
+    for path, leaf in jax.tree_util.tree_flatten_with_path(base, is_leaf=is_int8)[0]:
         names = _names(path)
         if names and names[-1] in by_kernel:
-            found.append((names, leaf, by_kernel[names[-1]]))
+            found.append((names, leaf.q if is_int8(leaf) else leaf, by_kernel[names[-1]]))
     return found
 
 

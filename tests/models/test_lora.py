@@ -243,6 +243,11 @@ def nbytes(tree):
 def test_int8_base_is_a_quarter_of_the_kernels_and_keeps_the_logits_close(config):
     graphdef, params = create_model(config, seed=0)
     base = lora.frozen_base(params, 4, 8.0, "int8")
+    # Adapters are laid out from the stored (int8) base as from the float one.
+    fresh = lora.init_adapters(base.params, 4, ALL, jax.random.PRNGKey(0))
+    assert jax.tree.map(np.shape, fresh) == jax.tree.map(
+        np.shape, lora.init_adapters(params, 4, ALL, jax.random.PRNGKey(0))
+    )
     kernels = {k: v for k, v in leaves(params).items() if "_proj" in k}
     stored = leaves(base.params)
     codes = {k: v for k, v in stored.items() if k.endswith(".q")}
