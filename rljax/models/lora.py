@@ -16,6 +16,10 @@ new variables inside the nnx module and injects them by intercepting the model's
 calls at trace time, so the graphdef, the state layout and every forward would change; here
 the model, its graphdef and the sampler stay as they are, and LoRA is one pure function
 (`merge`) over the one train-state pytree.
+
+Also here: the unmerged form for the sampler (`unmerged`, config `lora.sampler`), QLoRA's int8
+base (`quantize_base`, config `lora.base_quant`) and the PEFT adapter export
+(`save_peft_adapter`).
 """
 
 from __future__ import annotations
