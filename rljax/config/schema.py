@@ -362,6 +362,18 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
             "projections that get adapters: q, k, v, o (attention), gate, up, down (MLP and "
             "MoE experts)",
         ),
+        "base_quant": Key(
+            "none",
+            "QLoRA: 'int8' stores the frozen base's projection kernels as int8 with "
+            "per-output-channel scales (dequantized where used); the policy is that base",
+            choices=("none", "int8"),
+        ),
+        "sampler": Key(
+            "merged",
+            "how the sampler applies the adapters: 'merged' into the weights once per rollout, "
+            "or 'unmerged' as x W + scale (x A) B in each projection (same policy; speed only)",
+            choices=("merged", "unmerged"),
+        ),
     },
     "critic": {
         "separate": Key(

@@ -602,7 +602,8 @@ def _check_kind(config: ConfigDict) -> None:
 def _check_lora(config: ConfigDict) -> None:
     """LoRA's targets exist, and the features it does not combine with are off: a warm start
     (a resume rebuilds the base from model.checkpoint, not from the SFT result) and a
-    separate sampler mesh (it reshards the policy's parameters, which are adapters here)."""
+    separate sampler mesh (it reshards the policy's parameters, which are adapters here);
+    the unmerged sampler takes no sampler weight transform (they act on merged kernels)."""
     lora = config.lora
     if not lora.rank:
         return
@@ -610,6 +611,13 @@ def _check_lora(config: ConfigDict) -> None:
     if unknown or not lora.targets:
         raise ValueError(
             f"lora.targets={tuple(lora.targets)} must be a non-empty subset of {tuple(TARGETS)}"
+        )
+    r = config.rollout
+    if lora.sampler == "unmerged" and (r.weight_format != "none" or r.aqn_sigma_start > 0):
+        raise ValueError(
+            f"lora.sampler='unmerged' does not combine with rollout.weight_format="
+            f"{r.weight_format!r} / rollout.aqn_sigma_start={r.aqn_sigma_start} (they act "
+            "on merged weights); set lora.sampler='merged'"
         )
     off = {"sft.steps": config.sft.steps, "mesh.sampler_devices": config.mesh.sampler_devices}
     for key, value in off.items():

@@ -6,6 +6,7 @@ from rljax.models.fetch import fetch_gemma3, fetch_smollm2
 from rljax.models.gguf import gguf_config, load_gguf
 from rljax.models.gguf_tokenizer import GGUFTokenizer, gguf_tokenizer
 from rljax.models.hf import config_from_hf, load_hf_checkpoint, save_hf_checkpoint
+from rljax.models.lora import save_peft_adapter
 from rljax.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, encode_prompts
 from rljax.models.transformer import (
     KVCache,
@@ -30,6 +31,7 @@ __all__ = [
     "positions_from_mask",
     "load_hf_checkpoint",
     "save_hf_checkpoint",
+    "save_peft_adapter",
     "config_from_hf",
     "load_gguf",
     "gguf_config",

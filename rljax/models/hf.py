@@ -693,6 +693,12 @@ def _specs(config: TransformerConfig, model_type: str | None = None) -> list[_Sp
     return specs
 
 
+def tensor_names(config: TransformerConfig, model_type: str) -> dict[tuple[str, ...], list[str]]:
+    """Our param path (as names) -> the HF tensor names it is saved as (one per expert for
+    stacked experts): what an exporter of per-parameter extras (LoRA adapters) maps through."""
+    return {tuple(map(str, s.path)): s.hf_names for s in _specs(config, model_type)}
+
+
 def _ignorable(name: str, config: TransformerConfig) -> bool:
     """Tensors a checkpoint may carry that we do not need (recomputed buffers, a tied head)."""
     return name.endswith("rotary_emb.inv_freq") or (

@@ -37,6 +37,7 @@ from flax import nnx
 
 from rljax.models.attention import attend
 from rljax.models.config import TransformerConfig
+from rljax.models.low_rank import dense
 from rljax.models.moe import MoEMLP
 
 
@@ -189,7 +190,7 @@ class Attention(nnx.Module):
     def _project(self, x, name):
         """x [B, T, D] -> [B, T, heads, head_dim]: projection, bias, and (q, k) the head norm."""
         dt = self.config.compute_dtype
-        y = jnp.einsum("btd,dhk->bthk", x, getattr(self, f"{name}_proj")[...].astype(dt))
+        y = dense("btd,dhk->bthk", x, getattr(self, f"{name}_proj").get_value(), dt)
         if self.config.qkv_bias:
             y = y + getattr(self, f"{name}_bias")[...].astype(dt)
         if self.config.qk_norm and name != "v":
@@ -217,7 +218,7 @@ class Attention(nnx.Module):
             )
         else:
             out = attend(q, keys, values, allowed, cfg.attention_impl, dt, scalar)
-        out = jnp.einsum("bthk,hkd->btd", out.reshape(b, t, h, hd), self.o_proj[...].astype(dt))
+        out = dense("bthk,hkd->btd", out.reshape(b, t, h, hd), self.o_proj.get_value(), dt)
         if cfg.o_bias:
             out = out + self.o_bias[...].astype(dt)
         return out
@@ -237,13 +238,13 @@ class MLP(nnx.Module):
 
     def __call__(self, x):
         dt = self.dtype
-        gate = x @ self.gate_proj[...].astype(dt)
-        up = x @ self.up_proj[...].astype(dt)
+        gate = dense("...d,df->...f", x, self.gate_proj.get_value(), dt)
+        up = dense("...d,df->...f", x, self.up_proj.get_value(), dt)
         if self.activation == "gelu_tanh":
             gate = jax.nn.gelu(gate, approximate=True)
         else:
             gate = jax.nn.silu(gate)
-        return (gate * up) @ self.down_proj[...].astype(dt)
+        return dense("...f,fd->...d", gate * up, self.down_proj.get_value(), dt)
 
 
 class Block(nnx.Module):

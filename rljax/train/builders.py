@@ -556,6 +556,7 @@ def build_rollout_config(config: ConfigDict, tokenizer: Tokenizer) -> RolloutCon
             cuts_fraction=r.cuts_fraction,
         ),
         weights=build_rollout_weights(config),
+        lora_unmerged=bool(config.lora.rank) and config.lora.sampler == "unmerged",
     )
 
 
@@ -631,7 +632,7 @@ def build_train_state(
     base = None
     if config.lora.rank:
         lora = config.lora
-        base = frozen_base(params, lora.rank, lora.alpha)
+        base = frozen_base(params, lora.rank, lora.alpha, lora.base_quant)
         rng = jax.random.fold_in(jax.random.PRNGKey(config.seed), _LORA_SALT)
         params = init_adapters(base.params, lora.rank, lora.targets, rng)
         keep_reference = False  # the base is the reference

@@ -36,7 +36,7 @@ from rljax.core.keys import check_algorithm
 from rljax.core.state import TrainState
 from rljax.core.transform import Context, Metrics
 from rljax.entropy.covariance import logprob_advantage_covariance
-from rljax.models.lora import count, full_params, merged_params, reference_params
+from rljax.models.lora import count, full_params, merged_params, reference_params, sampler_params
 from rljax.models.moe import expert_load
 from rljax.objectives.kl import kl_penalty
 from rljax.parallel.rules import DEFAULT_RULES, MeshAxes
@@ -83,6 +83,7 @@ class RolloutConfig:
     pad_id: int
     sampling: SamplingParams = SamplingParams()
     weights: RolloutWeights = RolloutWeights()
+    lora_unmerged: bool = False  # LoRA adapters applied as x W + scale (x A) B, not merged
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,7 +237,9 @@ def make_steps(
         noise_key = jax.random.fold_in(key, _AQN_SALT)  # AQN only; leaves the sampling key be
         return generate(
             graphdef,
-            rollout_weights(merged_params(state), rc.weights, state.step, noise_key),
+            rollout_weights(
+                sampler_params(state, rc.lora_unmerged), rc.weights, state.step, noise_key
+            ),
             prompt_tokens,
             prompt_mask,
             key,

@@ -127,6 +127,8 @@ ADDED_SINCE = {
     "lora.targets": ("q", "k", "v", "o"),
     "model.attention_impl": "einsum",
     "model.scan_layers": True,
+    "lora.base_quant": "none",
+    "lora.sampler": "merged",
 }
 # Keys added with the diffusion policy on the driver (model.kind; the others are read by a
 # model.kind="diffusion" run only), at their defaults in a causal recipe.

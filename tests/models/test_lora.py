@@ -1,6 +1,8 @@
 """LoRA (rljax.models.lora): the merge's maths, an exact start, and a train state whose update
 changes the adapters only, with the frozen base as the KL reference."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,7 +16,10 @@ from rljax.core.batch import make_batch
 from rljax.core.state import init_train_state
 from rljax.models import lora
 from rljax.models.config import TransformerConfig
-from rljax.models.transformer import create_model
+from rljax.models.int8 import dequantized
+from rljax.models.low_rank import LoraKernel
+from rljax.models.transformer import create_model, forward, positions_from_mask
+from rljax.rollout.sampler import generate
 from rljax.train import checkpoint
 from rljax.train.checkpoint import Checkpointer
 from rljax.train.steps import RolloutConfig, UpdateConfig, make_steps
@@ -69,6 +74,40 @@ def test_merge_is_w_plus_scaled_a_times_b_per_kernel_layout(config):
         assert up["a"].shape == (1, 4, 16, 3) and up["b"].shape[:3] == (1, 4, 3)
     for key in set(before) - changed:  # embeddings, norms, router, head: the base's own
         np.testing.assert_array_equal(merged[key], before[key])
+
+
+@pytest.mark.parametrize("config", [CONFIG, MOE], ids=["dense", "moe"])
+def test_unmerged_adapters_give_the_merged_logits_and_samples(config):
+    _, base = create_model(config, seed=0)
+    graphdef, _ = create_model(config, seed=0)
+    adapters = randomized(lora.init_adapters(base, 3, ALL, jax.random.PRNGKey(0)))
+    unmerged = lora.unmerged(base, adapters, 0.5)
+    kernels = [x for x in jax.tree.leaves(unmerged, is_leaf=lambda x: isinstance(x, LoraKernel))]
+    # q/k/v/o (and the dense MLP's three) stay unmerged, each stacked over the layers with a
+    # per-layer scale; MoE experts are merged.
+    lora_kernels = [x for x in kernels if isinstance(x, LoraKernel)]
+    assert len(lora_kernels) == (4 if config.num_experts else 7)
+    assert all(k.scale.shape == (config.n_layers,) for k in lora_kernels)
+    tokens = jnp.asarray([[3, 4, 5, 6, 7], [0, 0, 8, 9, 10]], jnp.int32)
+    mask = tokens > 0
+    positions = positions_from_mask(mask)
+    run = jax.jit(forward, static_argnums=0)
+    merged_logits, _ = run(graphdef, lora.merge(base, adapters, 0.5), tokens, positions, mask)
+    logits, _ = run(graphdef, unmerged, tokens, positions, mask)
+    base_logits, _ = run(graphdef, base, tokens, positions, mask)
+    np.testing.assert_allclose(logits[mask], merged_logits[mask], rtol=1e-5, atol=1e-5)
+    assert np.max(np.abs(logits - base_logits)[mask]) > 0.1  # the adapters matter
+    # The sampler (cached decode) draws the same tokens with either form.
+    rollouts = [
+        generate(
+            graphdef, p, tokens, mask, jax.random.PRNGKey(2), max_new_tokens=6, eos_id=1, pad_id=0
+        )
+        for p in (lora.merge(base, adapters, 0.5), unmerged)
+    ]
+    np.testing.assert_array_equal(rollouts[0].completion_tokens, rollouts[1].completion_tokens)
+    np.testing.assert_allclose(
+        rollouts[0].sampling_logprobs, rollouts[1].sampling_logprobs, rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("param_dtype", ["float32", "bfloat16"])
@@ -174,11 +213,100 @@ def test_checkpoints_hold_adapters_only_and_refuse_another_base(tmp_path):
     assert sum(np.prod(shape) for shape, _ in saved.values()) < lora.count(params) / 2
 
 
+def test_the_rollout_step_samples_the_same_with_unmerged_adapters(monkeypatch):
+    calls, unmerged_fn = [], lora.unmerged
+
+    def spy(*args):
+        calls.append(1)
+        return unmerged_fn(*args)
+
+    monkeypatch.setattr(lora, "unmerged", spy)
+    graphdef, _, optimizer, steps, state = lora_state(kl_coef=0.0)
+    state = state.replace(params=randomized(state.params))
+    algorithm = grpo(group_size=ROLLOUT.n_samples)
+    rollout = dataclasses.replace(ROLLOUT, lora_unmerged=True)
+    unmerged = make_steps(graphdef, optimizer, algorithm, rollout, UpdateConfig())
+    prompts = jnp.asarray([[0, 5, 6], [7, 8, 9]], jnp.int32)
+    a = steps.rollout(state, prompts, prompts > 0)
+    assert not calls  # the default sampler merges
+    b = unmerged.rollout(state, prompts, prompts > 0)
+    assert calls  # lora_unmerged: the sampler's weights come from lora.unmerged
+    np.testing.assert_array_equal(a.completion_tokens, b.completion_tokens)
+    np.testing.assert_allclose(a.sampling_logprobs, b.sampling_logprobs, rtol=1e-5, atol=1e-5)
+
+
+def nbytes(tree):
+    return sum(x.nbytes for x in jax.tree.leaves(tree))
+
+
+@pytest.mark.parametrize("config", [CONFIG, MOE], ids=["dense", "moe"])
+def test_int8_base_is_a_quarter_of_the_kernels_and_keeps_the_logits_close(config):
+    graphdef, params = create_model(config, seed=0)
+    base = lora.frozen_base(params, 4, 8.0, "int8")
+    # Adapters are laid out from the stored (int8) base as from the float one.
+    fresh = lora.init_adapters(base.params, 4, ALL, jax.random.PRNGKey(0))
+    assert jax.tree.map(np.shape, fresh) == jax.tree.map(
+        np.shape, lora.init_adapters(params, 4, ALL, jax.random.PRNGKey(0))
+    )
+    kernels = {k: v for k, v in leaves(params).items() if "_proj" in k}
+    stored = leaves(base.params)
+    codes = {k: v for k, v in stored.items() if k.endswith(".q")}
+    assert len(codes) == len(kernels) and all(v.dtype == np.int8 for v in codes.values())
+    assert nbytes(base.params) < 0.45 * nbytes(params)  # float32 kernels -> int8 + scales
+    assert lora.count(base.params) == lora.count(params)
+    # Each dequantized weight is within half a step (its channel's max / 127 / 2) of the base.
+    for key, w in kernels.items():
+        w_hat = stored[key.replace(".value", ".value.q")].astype(np.float32)
+        w_hat = w_hat * stored[key.replace(".value", ".value.scale")]
+        attention = any(f"'{n}_proj'" in key for n in "qkv")
+        # Input axes: o [heads, head_dim, d] two, q/k/v [d, heads, head_dim] the first, MLP
+        # [(E,) in, out] the second-last.
+        in_axes = (-3, -2) if "o_proj" in key else (-3,) if attention else (-2,)
+        step = np.max(np.abs(w), axis=in_axes, keepdims=True) / 127
+        assert np.all(np.abs(w_hat - w) <= step / 2 * (1 + 1e-6)), key
+    # The policy is the dequantized base (+ adapters): logits within 1% of the float base's.
+    adapters = randomized(lora.init_adapters(params, 4, ALL, jax.random.PRNGKey(0)))
+    tokens = jnp.asarray([[3, 4, 5, 6, 7], [0, 0, 8, 9, 10]], jnp.int32)
+    mask = tokens > 0
+    run = jax.jit(forward, static_argnums=0)
+    args = (tokens, positions_from_mask(mask), mask)
+    exact, _ = run(graphdef, lora.merge(params, adapters, 0.01), *args)
+    quantized, _ = run(graphdef, lora.merge(base.params, adapters, 0.01), *args)
+    unmerged, _ = run(graphdef, lora.unmerged(base.params, adapters, 0.01), *args)
+    err = np.max(np.abs(quantized - exact)[mask]) / np.max(np.abs(exact)[mask])
+    assert 0 < err < 1e-2, err
+    np.testing.assert_allclose(unmerged[mask], quantized[mask], rtol=1e-5, atol=1e-5)
+
+
+def test_a_qlora_update_keeps_the_int8_base_and_reads_it_as_the_reference():
+    graphdef, params, optimizer, steps, state = lora_state(kl_coef=0.1)
+    state = state.replace(base=lora.frozen_base(params, 4, 8.0, "int8"))
+    before = leaves(state.base.params)
+    for _ in range(2):
+        batch = rollout_batch(steps, state)
+        state, batch, prepared = steps.prepare(state, batch)
+        state, metrics = steps.update(state, batch)
+    assert np.isfinite(float(metrics["loss"])) and float(prepared["kl_to_ref"]) > 0
+    for key, value in leaves(state.base.params).items():
+        assert value.tobytes() == before[key].tobytes(), key
+    batch = rollout_batch(steps, state)
+    _, prepared, _ = steps.prepare(state, batch)
+    base_state = init_train_state(
+        dequantized(state.base.params), optimizer, grpo(group_size=4).transform, state.rng
+    )
+    args = (batch.prompt_tokens, batch.prompt_mask, batch.completion_tokens, batch.completion_mask)
+    np.testing.assert_array_equal(prepared.ref_logprobs, steps.logprobs(base_state, *args))
+
+
 @pytest.mark.parametrize(
     "changes, message",
     [
         ({"sft": {"steps": 10}}, "sft.steps=10 does not combine with lora.rank=4"),
         ({"lora": {"targets": ("q", "qkv")}}, r"lora.targets=\('q', 'qkv'\) must be"),
+        (
+            {"lora": {"sampler": "unmerged"}, "rollout": {"weight_format": "mxfp4"}},
+            "lora.sampler='unmerged' does not combine with rollout.weight_format='mxfp4'",
+        ),
         (
             {"model": {"kind": "diffusion"}, "algorithm": {"name": "rldf"}},
             "lora.rank=4 is not supported with model.kind",

@@ -113,12 +113,22 @@ RECIPES = {
     # LoRA: checkpoints hold the adapters only; the resumed run rebuilds the frozen base (the
     # KL reference) from the model source.
     "lora": ("configs/grpo_addition.py", LORA, ("4:update",)),
+    # QLoRA: the rebuilt base is quantized to int8 again, to the same codes. Its samples earn
+    # no reward here, so an entropy bonus gives the adapters a gradient (kl_to_ref > 0).
+    "qlora": (
+        "configs/grpo_addition.py",
+        (*LORA, "--config.lora.base_quant=int8", "--config.algorithm.entropy_coef=0.01"),
+        ("4:update",),
+    ),
 }
 
 
 @pytest.mark.parametrize(
     "recipe",
-    [pytest.param(r, marks=pytest.mark.slow) if r == "lora" else r for r in sorted(RECIPES)],
+    [
+        pytest.param(r, marks=pytest.mark.slow) if r in ("lora", "qlora") else r
+        for r in sorted(RECIPES)
+    ],
 )
 def test_killed_run_resumes_with_identical_metrics(tmp_path, recipe):
     config, flags, kills = RECIPES[recipe]
@@ -144,7 +154,8 @@ def test_killed_run_resumes_with_identical_metrics(tmp_path, recipe):
     if recipe == "diffusion":  # every step sampled at measured block sizes and updated twice
         assert all("block_size/mean" in a[s] and "rldf/scored_tokens" in a[s] for s in a if s > 0)
         assert a[-1]["sft/loss"] < a[-100]["sft/loss"]
-    if recipe == "lora":  # A [in, 4] + B [4, out]: q 32 -> 2 x 16, v 32 -> 16, down 64 -> 32
+    # LoRA: A [in, 4] + B [4, out]: q 32 -> 2 x 16, v 32 -> 16, down 64 -> 32
+    if recipe in ("lora", "qlora"):
         assert a[4]["lora/trainable_params"] == 4 * ((32 + 32) + (32 + 16) + (64 + 32))
         assert a[4]["kl_to_ref"] > 0
     if recipe == "staleness":
