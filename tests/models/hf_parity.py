@@ -107,3 +107,35 @@ def random_params(config: TransformerConfig, seed: int = 1) -> tuple[nnx.GraphDe
     pure = jax.tree_util.tree_map_with_path(draw, nnx.to_pure_dict(params))
     nnx.replace_by_pure_dict(params, pure)
     return graphdef, params
+
+
+def greedy_tokens(loaded, tokens: np.ndarray, mask: np.ndarray, new_tokens: int = 20):
+    """(ours, transformers') greedy continuations of one prompt (`tokens`, `mask` [1, P],
+    left-padded) from a real-file fixture with graphdef, params, hf, tok and torch."""
+    from rljax.rollout.sampler import generate
+    from rljax.rollout.sampling import SamplingParams
+
+    tok, torch = loaded.tok, loaded.torch
+    rollout = generate(
+        loaded.graphdef,
+        loaded.params,
+        jnp.asarray(tokens),
+        jnp.asarray(mask),
+        jax.random.key(0),
+        max_new_tokens=new_tokens,
+        eos_id=tok.eos_id,
+        pad_id=tok.pad_id,
+        sampling=SamplingParams(greedy=True),
+    )
+    ours = np.asarray(rollout.completion_tokens[0])[np.asarray(rollout.completion_mask[0])]
+    prompt = torch.tensor(tokens[:, mask[0]], dtype=torch.long)
+    with torch.no_grad():
+        out = loaded.hf.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            do_sample=False,
+            max_new_tokens=new_tokens,
+            eos_token_id=tok.eos_id,
+            pad_token_id=tok.pad_id,
+        )
+    return ours, out[0, prompt.shape[1] :].numpy()

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hf_parity import greedy_tokens
 
 from rljax.models import (
     encode_prompts,
@@ -23,8 +24,6 @@ from rljax.models import (
     load_gguf,
     positions_from_mask,
 )
-from rljax.rollout import generate
-from rljax.rollout.sampling import SamplingParams
 
 pytestmark = [pytest.mark.slow, pytest.mark.hf]
 
@@ -152,32 +151,10 @@ def test_tokenizer_matches_transformers(gemma3):
 
 
 def test_greedy_generation_matches_transformers(gemma3):
-    tok, torch = gemma3.tok, gemma3.torch
+    tok = gemma3.tok
     text = "The three primary colors are"
     tokens, mask = encode_prompts(tok, [text], 16, add_bos=True)
-    rollout = generate(
-        gemma3.graphdef,
-        gemma3.params,
-        jnp.asarray(tokens),
-        jnp.asarray(mask),
-        jax.random.key(0),
-        max_new_tokens=20,
-        eos_id=tok.eos_id,
-        pad_id=tok.pad_id,
-        sampling=SamplingParams(greedy=True),
-    )
-    ours = np.asarray(rollout.completion_tokens[0])[np.asarray(rollout.completion_mask[0])]
-    prompt = torch.tensor(tokens[:, mask[0]], dtype=torch.long)
-    with torch.no_grad():
-        out = gemma3.hf.generate(
-            prompt,
-            attention_mask=torch.ones_like(prompt),
-            do_sample=False,
-            max_new_tokens=20,
-            eos_token_id=tok.eos_id,
-            pad_token_id=tok.pad_id,
-        )
-    ref = out[0, prompt.shape[1] :].numpy()
+    ours, ref = greedy_tokens(gemma3, tokens, mask)
     print("greedy:", repr(tok.decode(ours)))
     assert ours.tolist() == ref.tolist()
     assert tok.decode(ours) == gemma3.hf_tok.decode(ref, skip_special_tokens=True)

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hf_parity import greedy_tokens
 
 from rljax.models import (
     encode_prompts,
@@ -22,8 +23,6 @@ from rljax.models import (
     load_gguf,
     positions_from_mask,
 )
-from rljax.rollout import generate
-from rljax.rollout.sampling import SamplingParams
 
 pytestmark = [pytest.mark.slow, pytest.mark.hf]
 
@@ -156,32 +155,10 @@ def test_chat_template_matches_transformers(smollm2):
 
 
 def test_greedy_generation_matches_transformers(smollm2):
-    tok, torch = smollm2.tok, smollm2.torch
+    tok = smollm2.tok
     messages = [{"role": "user", "content": "Write one sentence about the ocean."}]
     tokens, mask = encode_prompts(tok, [tok.apply_chat_template(messages)], 48, add_bos=False)
-    rollout = generate(
-        smollm2.graphdef,
-        smollm2.params,
-        jnp.asarray(tokens),
-        jnp.asarray(mask),
-        jax.random.key(0),
-        max_new_tokens=20,
-        eos_id=tok.eos_id,
-        pad_id=tok.pad_id,
-        sampling=SamplingParams(greedy=True),
-    )
-    ours = np.asarray(rollout.completion_tokens[0])[np.asarray(rollout.completion_mask[0])]
-    prompt = torch.tensor(tokens[:, mask[0]], dtype=torch.long)
-    with torch.no_grad():
-        out = smollm2.hf.generate(
-            prompt,
-            attention_mask=torch.ones_like(prompt),
-            do_sample=False,
-            max_new_tokens=20,
-            eos_token_id=tok.eos_id,
-            pad_token_id=tok.pad_id,
-        )
-    ref = out[0, prompt.shape[1] :].numpy()
+    ours, ref = greedy_tokens(smollm2, tokens, mask)
     print("greedy:", repr(tok.decode(ours)))
     assert ours.tolist() == ref.tolist()
     assert tok.decode(ours) == smollm2.hf_tok.decode(ref, skip_special_tokens=True)
