@@ -50,7 +50,8 @@ class KVCache:
       values: [n_layers, B, S, n_kv_heads, head_dim].
       valid: [B, S] bool, which cache slots hold a real (non-padding) token.
       positions: [B, S] int32, the RoPE position of each slot's token (for sliding windows).
-      index: int32 scalar, the next slot to write.
+      index: int32, the next slot to write: a scalar shared by every row, or [B] per row
+        (ragged rows, as the rollout engine's decode slots hold: `rljax.rollout.engine`).
     """
 
     keys: jax.Array
@@ -274,22 +275,35 @@ class _LayerCache:
     layer: jax.Array
     index: jax.Array
 
-    def write(self, k: jax.Array, v: jax.Array) -> tuple[_LayerCache, jax.Array, jax.Array]:
+    def write(
+        self, k: jax.Array, v: jax.Array, span: int
+    ) -> tuple[_LayerCache, jax.Array, jax.Array]:
         """Writes this call's k, v [B, T, K, head_dim] into the layer's slots in place and
-        returns the new cache with the layer's whole keys and values [B, S, K, head_dim]."""
-        start = (self.layer, 0, self.index, 0, 0)
-        keys = jax.lax.dynamic_update_slice(self.keys, k[None].astype(self.keys.dtype), start)
-        values = jax.lax.dynamic_update_slice(self.values, v[None].astype(self.values.dtype), start)
-        new = _LayerCache(keys=keys, values=values, layer=self.layer, index=self.index)
-        return new, keys[self.layer], values[self.layer]
+        returns the new cache with the layer's first `span` keys and values [B, span, K,
+        head_dim]. A per-row index ([B]) scatters each row at its own slot; slots past the end
+        are dropped."""
+        k, v = k.astype(self.keys.dtype), v.astype(self.values.dtype)
+        if self.index.ndim:
+            rows = jnp.arange(k.shape[0])[:, None]
+            slots = self.index[:, None] + jnp.arange(k.shape[1])
+            keys = self.keys.at[self.layer, rows, slots].set(k, mode="drop")
+            values = self.values.at[self.layer, rows, slots].set(v, mode="drop")
+        else:
+            start = (self.layer, 0, self.index, 0, 0)
+            keys = jax.lax.dynamic_update_slice(self.keys, k[None], start)
+            values = jax.lax.dynamic_update_slice(self.values, v[None], start)
+        new = self.replace(keys=keys, values=values)
+        return new, keys[self.layer, :, :span], values[self.layer, :, :span]
 
 
-def _block(layer: Block, x, positions, inv_freq, allowed, cache, routes, num_experts: int):
+def _block(
+    layer: Block, x, positions, inv_freq, allowed, cache, routes, num_experts: int, span=None
+):
     """One decoder block: (x, the updated `_LayerCache` or None, the MoE routes it used or
-    None)."""
+    None); with a cache, attention reads its first `span` slots."""
     q, k, v = layer.attn.qkv(layer.attn_norm(x), positions, inv_freq)
     if cache is not None:
-        cache, k, v = cache.write(k, v)
+        cache, k, v = cache.write(k, v, span)
     out = layer.attn.attend(q, k, v, allowed, cached=cache is not None)
     if layer.sandwich_norms:
         out = layer.post_attn_norm(out)
@@ -376,6 +390,7 @@ class Transformer(nnx.Module):
         routes: jax.Array | None = None,
         return_routes: bool = False,
         segment_ids: jax.Array | None = None,
+        cache_span: int | None = None,
     ):
         """Final-norm hidden states.
 
@@ -384,12 +399,16 @@ class Transformer(nnx.Module):
           positions: [B, T] int RoPE positions.
           mask: [B, T] bool, real tokens (padding is False).
           cache: None for a full forward pass; else the tokens are written at slots
-            `cache.index .. cache.index + T` and attend to every valid earlier slot.
+            `cache.index .. cache.index + T` (per row when the index is [B]) and attend to
+            every valid earlier slot.
           routes: MoE only: None to route by each layer's router, or [B, T, n_layers, k] int
             experts to replay (`rljax.models.moe`).
           return_routes: also return the routes used.
           segment_ids: None, or [B, T] int ids of packed sequences (full forward pass only): a
             token attends only to tokens of its own segment (`rljax.train.packing`).
+          cache_span: with a cache, attend over its first `cache_span` slots only (static; the
+            caller guarantees every valid slot and every written one lies below it), so decoding
+            reads what the rows hold rather than the whole preallocated cache.
 
         Returns:
           hidden: [B, T, d_model] in the compute dtype, and the updated cache (or None); with
@@ -404,19 +423,31 @@ class Transformer(nnx.Module):
                 raise ValueError("routes were given but the model is dense (num_experts=0)")
             chex.assert_shape(routes, (*tokens.shape, cfg.n_layers, cfg.experts_per_token))
         t = tokens.shape[1]
+        span = None
         if cache is None:
             q_slots = k_slots = jnp.arange(t)
             k_valid, k_positions = mask, positions
+            seen_valid, seen_positions = k_valid, k_positions
         else:
-            q_slots = cache.index + jnp.arange(t)
-            k_slots = jnp.arange(cache.valid.shape[1])
-            k_valid = jax.lax.dynamic_update_slice(cache.valid, mask, (0, cache.index))
-            k_positions = jax.lax.dynamic_update_slice(
-                cache.positions, positions.astype(jnp.int32), (0, cache.index)
-            )
-        allowed = k_valid[:, None, :]
+            span = min(cache_span or cache.valid.shape[1], cache.valid.shape[1])
+            k_slots = jnp.arange(span)
+            if cache.index.ndim:  # ragged rows: each writes at its own slot
+                q_slots = cache.index[:, None] + jnp.arange(t)  # [B, T]
+                rows = jnp.arange(tokens.shape[0])[:, None]
+                k_valid = cache.valid.at[rows, q_slots].set(mask, mode="drop")
+                k_positions = cache.positions.at[rows, q_slots].set(
+                    positions.astype(jnp.int32), mode="drop"
+                )
+            else:
+                q_slots = cache.index + jnp.arange(t)
+                k_valid = jax.lax.dynamic_update_slice(cache.valid, mask, (0, cache.index))
+                k_positions = jax.lax.dynamic_update_slice(
+                    cache.positions, positions.astype(jnp.int32), (0, cache.index)
+                )
+            seen_valid, seen_positions = k_valid[:, :span], k_positions[:, :span]
+        allowed = seen_valid[:, None, :]
         if cfg.causal:
-            allowed = (k_slots[None, :] <= q_slots[:, None])[None] & allowed
+            allowed = (k_slots <= q_slots[..., None]) & allowed
         else:  # bidirectional (masked-diffusion LMs): every valid slot
             allowed = jnp.broadcast_to(allowed, (allowed.shape[0], t, allowed.shape[2]))
         if segment_ids is not None:
@@ -424,7 +455,7 @@ class Transformer(nnx.Module):
                 raise ValueError("segment_ids (packed sequences) need a full forward pass")
             allowed = allowed & (segment_ids[:, :, None] == segment_ids[:, None, :])
         windows = _window_sizes(cfg)
-        distance = None if windows is None else positions[:, :, None] - k_positions[:, None, :]
+        distance = None if windows is None else positions[:, :, None] - seen_positions[:, None, :]
         local_rope = _local_rope(cfg)
         inv_freq = rope_frequencies(cfg)
         inv_freq_local = None if local_rope is None else rope_frequencies(cfg, local=True)
@@ -447,6 +478,7 @@ class Transformer(nnx.Module):
                 layer_cache,
                 layer_routes,
                 cfg.num_experts,
+                span,
             )
             if layer_cache is not None:
                 layer_cache = layer_cache.replace(layer=layer_cache.layer + 1)

@@ -113,6 +113,15 @@ def _filtered_logprobs(logits: jax.Array, params: SamplingParams) -> jax.Array:
     return jax.nn.log_softmax(logits, axis=-1)
 
 
+def _uniforms(rng: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """Uniform [0, 1) draws of `shape`: from one key, or one per row when `rng` holds a key
+    per row ([B] typed keys or [B, 2] raw ones, leading dim = shape[0])."""
+    typed = jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key)
+    if rng.ndim == (1 if typed else 2):
+        return jax.vmap(lambda key: jax.random.uniform(key, shape[1:]))(rng)
+    return jax.random.uniform(rng, shape)
+
+
 def _inverse_cdf_sample(rng: jax.Array, logprobs: jax.Array) -> jax.Array:
     """One draw per row from exp(logprobs) [B, V] by inverting the cumulative distribution.
 
@@ -121,7 +130,7 @@ def _inverse_cdf_sample(rng: jax.Array, logprobs: jax.Array) -> jax.Array:
     probability 0 (filtered by top-k/top-p) are never drawn.
     """
     cdf = jnp.cumsum(jnp.exp(logprobs), axis=-1)
-    u = jax.random.uniform(rng, cdf.shape[:-1] + (1,)) * cdf[..., -1:]
+    u = _uniforms(rng, cdf.shape[:-1])[..., None] * cdf[..., -1:]
     tokens = jnp.sum(cdf <= u, axis=-1)  # the first index whose cumulative mass exceeds u
     return jnp.minimum(tokens, logprobs.shape[-1] - 1).astype(jnp.int32)
 
@@ -135,7 +144,7 @@ def sample_token(
     """Draws one token per row.
 
     Args:
-      rng: PRNG key.
+      rng: one PRNG key, or one per row ([B] keys), so a row's draw depends only on its key.
       logits: [B, V] policy logits.
       params: the sampling parameters.
       cuts_rows: [B] bool, the rows that use CUTS; None means every row (when CUTS is on).
