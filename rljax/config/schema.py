@@ -160,6 +160,36 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
         ),
         "cuts_ratio": Key(math.e, "CUTS: probability ratio to the top token", min=1),
         "cuts_fraction": Key(0.5, "CUTS: share of each group sampled that way", min=0, max=1),
+        # The rollout engine (rljax.rollout.engine); its schedule keys are execution-only.
+        "engine": Key(
+            "continuous",
+            '"continuous": the rollout engine (decode slots refilled as sequences stop, one '
+            'prefill per prompt shared by its samples); "static": one fixed batch decoded '
+            "until its longest row ends (the samples differ: keys are drawn another way)",
+            choices=("continuous", "static"),
+        ),
+        "slots": Key(64, "engine: sequences decoded at once (at most the step's samples)", min=1),
+        "decode_steps": Key(16, "engine: tokens decoded per device call between admissions", min=1),
+        "admit_after": Key(
+            0,
+            "engine: a decode call returns once this many slots are free while requests wait",
+            min=0,
+            hint="0: slots // 8",
+        ),
+        "span_bucket": Key(
+            128,
+            "engine: decode attention reads the cache up to the next multiple of this past the "
+            "longest live row",
+            min=0,
+            hint="0: the whole cache, one compilation",
+        ),
+        "prefill_rows": Key(8, "engine: prompts prefilled per device call", min=1),
+        "stop_strings": Key(
+            (), "engine: a completion ends with the token completing any of these strings"
+        ),
+        "extra_eos_ids": Key(
+            (), "engine: token ids that end a completion besides the tokenizer's EOS"
+        ),
         # model.kind="diffusion" only: the block-wise sampler (max_new_tokens is its length).
         "block_size": Key(
             0,

@@ -51,7 +51,7 @@ class EngineConfig:
     """How the engine schedules; execution only: what a request samples does not depend on it.
 
     Attributes:
-      slots: sequences decoded at once.
+      slots: sequences decoded at once (at most the rollout's rows).
       decode_steps: tokens decoded per device call between scheduling rounds.
       admit_after: a decode call returns early once this many slots are free while requests
         wait (0: slots // 8, at least 1).
@@ -352,7 +352,7 @@ class _Run:
         b, p = tokens.shape
         t = engine.max_new_tokens
         self.prompt_tokens, self.prompt_mask = tokens, mask
-        self.n_slots = cfg.slots
+        self.n_slots = n_slots = min(cfg.slots, b * n_samples)
         self.capacity = p + t
         # Left-aligned prompts: slot position = RoPE position.
         order = np.argsort(~mask, axis=1, kind="stable")
@@ -364,7 +364,7 @@ class _Run:
         self.keys = _request_keys(rng, b, n_samples)
         kv = (
             model_cfg.n_layers,
-            cfg.slots,
+            n_slots,
             self.capacity,
             model_cfg.n_kv_heads,
             model_cfg.resolved_head_dim,
@@ -373,19 +373,19 @@ class _Run:
             cache=KVCache(
                 keys=jnp.zeros(kv, dt),
                 values=jnp.zeros(kv, dt),
-                valid=jnp.zeros((cfg.slots, self.capacity), bool),
+                valid=jnp.zeros((n_slots, self.capacity), bool),
                 positions=jnp.broadcast_to(
-                    jnp.arange(self.capacity, dtype=jnp.int32), (cfg.slots, self.capacity)
+                    jnp.arange(self.capacity, dtype=jnp.int32), (n_slots, self.capacity)
                 ),
-                index=jnp.zeros((cfg.slots,), jnp.int32),
+                index=jnp.zeros((n_slots,), jnp.int32),
             ),
-            logits=jnp.zeros((cfg.slots, model_cfg.vocab_size), jnp.float32),
-            row=jnp.full((cfg.slots,), n, jnp.int32),
-            t=jnp.zeros((cfg.slots,), jnp.int32),
-            limit=jnp.zeros((cfg.slots,), jnp.int32),
-            live=jnp.zeros((cfg.slots,), bool),
-            key=jnp.zeros((cfg.slots, *self.keys.shape[1:]), jnp.uint32),
-            cuts=jnp.zeros((cfg.slots,), bool),
+            logits=jnp.zeros((n_slots, model_cfg.vocab_size), jnp.float32),
+            row=jnp.full((n_slots,), n, jnp.int32),
+            t=jnp.zeros((n_slots,), jnp.int32),
+            limit=jnp.zeros((n_slots,), jnp.int32),
+            live=jnp.zeros((n_slots,), bool),
+            key=jnp.zeros((n_slots, *self.keys.shape[1:]), jnp.uint32),
+            cuts=jnp.zeros((n_slots,), bool),
         )
         self.outputs = _Outputs(
             tokens=jnp.full((n, t), engine.pad_id, jnp.int32),
@@ -396,7 +396,7 @@ class _Run:
         )
         # FIFO admission leaves at most one prompt partly admitted, so a round needs at most
         # ceil(slots / G) new prefix rows besides it.
-        self.prefix_rows = math.ceil(cfg.slots / n_samples) + 1
+        self.prefix_rows = math.ceil(n_slots / n_samples) + 1
         pkv = (
             model_cfg.n_layers,
             self.prefix_rows,
@@ -419,14 +419,15 @@ class _Run:
         self.queue = collections.deque((i, g) for i in range(b) for g in range(n_samples))
         self.pending = np.full(b, n_samples)  # samples of each prompt not yet admitted
         self.prefix_of: dict[int, int] = {}  # prompt -> prefix row, while samples wait
-        self.live = np.zeros(cfg.slots, bool)
-        self.index = np.zeros(cfg.slots, np.int64)
-        self.slot_row = np.full(cfg.slots, n, np.int64)
+        self.live = np.zeros(n_slots, bool)
+        self.index = np.zeros(n_slots, np.int64)
+        self.slot_row = np.full(n_slots, n, np.int64)
 
     def drain(self) -> Rollout:
         """Admits and decodes until the queue is empty and every slot has stopped."""
         cfg = self.engine.config
-        wake_early = cfg.admit_after or max(1, cfg.slots // 8)
+        n_slots = self.n_slots
+        wake_early = cfg.admit_after or max(1, n_slots // 8)
         while True:
             if self.queue and not self.live.all():
                 self._admit()
@@ -437,7 +438,7 @@ class _Run:
             span = self.capacity
             if cfg.span_bucket:
                 span = min(self.capacity, -(-need // cfg.span_bucket) * cfg.span_bucket)
-            wake = wake_early if self.queue else cfg.slots + 1
+            wake = wake_early if self.queue else n_slots + 1
             was_live = self.live.copy()
             self.slots, self.outputs = _decode(
                 self.engine.graphdef,
@@ -549,3 +550,35 @@ class _Run:
             cuts_rows=jnp.asarray(self.cuts),
             routes=o.routes,
         )
+
+
+def engine_generate(
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    prompt_tokens,
+    prompt_mask,
+    rng: jax.Array,
+    *,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    n_samples: int = 1,
+    sampling: SamplingParams = SamplingParams(),
+    engine: EngineConfig = EngineConfig(),
+    extra_eos_ids: Sequence[int] = (),
+    stop: StopRule | None = None,
+) -> Rollout:
+    """`rljax.rollout.generate`'s call, run by an `Engine`: the same arguments and `Rollout`,
+    plus the engine's schedule, more EOS ids and a host-side stop rule."""
+    config = nnx.merge(graphdef, params).config
+    runner = Engine(
+        graphdef,
+        config,
+        max_new_tokens=max_new_tokens,
+        eos_ids=(eos_id, *extra_eos_ids),
+        pad_id=pad_id,
+        sampling=sampling,
+        engine=engine,
+        stop=stop,
+    )
+    return runner.generate(params, prompt_tokens, prompt_mask, rng, n_samples=n_samples)

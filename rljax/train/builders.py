@@ -45,7 +45,10 @@ from rljax.quant.mismatch import adaptive_is, masked_is, truncated_is
 from rljax.quant.rollout import RolloutWeights
 from rljax.rewards import score_completions
 from rljax.rewards.pool import POOL_KINDS, score_on_shared_pool
+from rljax.rollout.engine import EngineConfig, engine_generate
+from rljax.rollout.sampler import Rollout, generate
 from rljax.rollout.sampling import SamplingParams
+from rljax.rollout.stop import stop_strings
 from rljax.train.critic import init_critic
 from rljax.train.fresh_replay import FreshReplay
 from rljax.train.lope import LoPERescue
@@ -557,6 +560,46 @@ def build_rollout_config(config: ConfigDict, tokenizer: Tokenizer) -> RolloutCon
         ),
         weights=build_rollout_weights(config),
         lora_unmerged=bool(config.lora.rank) and config.lora.sampler == "unmerged",
+        **build_engine_settings(config, tokenizer),
+    )
+
+
+def build_decoder(
+    graphdef: nnx.GraphDef, params: nnx.State, config: ConfigDict, tokenizer: Tokenizer
+) -> Callable[..., Rollout]:
+    """`(prompt_tokens, prompt_mask, rng, *, n_samples, sampling) -> Rollout` of this policy
+    with the run's `rollout.*` budget and sampler: the engine, or the static sampler with
+    `rollout.engine="static"` or several processes (the engine schedules one process's rows)."""
+    r = config.rollout
+    common = dict(
+        max_new_tokens=r.max_new_tokens, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id
+    )
+    settings = build_engine_settings(config, tokenizer)
+    if settings["engine"] is None or jax.process_count() > 1:
+        return functools.partial(generate, graphdef, params, **common)
+    return functools.partial(engine_generate, graphdef, params, **common, **settings)
+
+
+def build_engine_settings(config: ConfigDict, tokenizer: Tokenizer) -> dict[str, Any]:
+    """`RolloutConfig`'s engine fields from `rollout.*`: the engine's schedule (None with
+    `rollout.engine="static"`), more EOS ids and the stop-string rule."""
+    r = config.rollout
+    if r.engine == "static":
+        if r.stop_strings or r.extra_eos_ids:
+            raise ValueError(
+                "rollout.stop_strings and rollout.extra_eos_ids need rollout.engine='continuous'"
+            )
+        return dict(engine=None)
+    return dict(
+        engine=EngineConfig(
+            slots=r.slots,
+            decode_steps=r.decode_steps,
+            admit_after=r.admit_after,
+            span_bucket=r.span_bucket,
+            prefill_rows=r.prefill_rows,
+        ),
+        extra_eos_ids=tuple(int(i) for i in r.extra_eos_ids),
+        stop=stop_strings(tokenizer, r.stop_strings) if r.stop_strings else None,
     )
 
 

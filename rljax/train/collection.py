@@ -27,9 +27,10 @@ from rljax.models.tokenizer import Tokenizer
 from rljax.parallel.distributed import to_global, to_local
 from rljax.parallel.mesh import make_mesh
 from rljax.parallel.rules import DEFAULT_RULES, mesh_shardings
-from rljax.rollout.sampler import Rollout, generate
+from rljax.rollout.sampler import Rollout
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.builders import (
+    build_decoder,
     build_explore_rollout_config,
     build_lope,
     build_lope_rollout_config,
@@ -134,7 +135,7 @@ def build_collector(
         lope_steps = sampler_steps(build_lope_rollout_config(config, tokenizer, lope.settings))
         draw = WithRescue(draw, lope, lope_steps.rollout, steps.logprobs)
     if algorithm.greedy_baseline:
-        greedy = greedy_decoder(graphdef, r.max_new_tokens, tokenizer)
+        greedy = greedy_decoder(graphdef, config, tokenizer)
         draw = WithGreedyBaseline(draw, greedy, task, tokenizer, scorer)
     collector: Collector = GroupCollector(
         draw, n, SamplerPolicy(staleness, devices), r.max_refill_rounds
@@ -156,20 +157,17 @@ def sharded_rollout(rollout: Callable[..., Rollout], mesh: Mesh) -> Callable[...
 
 
 def greedy_decoder(
-    graphdef: nnx.GraphDef, max_new_tokens: int, tokenizer: Tokenizer
+    graphdef: nnx.GraphDef, config: ConfigDict, tokenizer: Tokenizer
 ) -> Callable[[TrainState, Any, Any], Rollout]:
-    """`(state, prompt_tokens, prompt_mask) -> Rollout`: one greedy completion per prompt."""
+    """`(state, prompt_tokens, prompt_mask) -> Rollout`: one greedy completion per prompt, by
+    the run's sampler (`build_decoder`)."""
 
     def decode(state: TrainState, tokens, mask) -> Rollout:
-        return generate(
-            graphdef,
-            merged_params(state),
+        run = build_decoder(graphdef, merged_params(state), config, tokenizer)
+        return run(
             jnp.asarray(tokens),
             jnp.asarray(mask),
-            rng=jax.random.PRNGKey(0),
-            max_new_tokens=max_new_tokens,
-            eos_id=tokenizer.eos_id,
-            pad_id=tokenizer.pad_id,
+            jax.random.PRNGKey(0),
             sampling=SamplingParams(greedy=True),
         )
 

@@ -10,7 +10,6 @@ policy from its checkpoints with the same config, so model, task and prompt form
 from __future__ import annotations
 
 import collections
-import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -27,10 +26,10 @@ from rljax.models.lora import merged_params
 from rljax.models.tokenizer import Tokenizer
 from rljax.parallel.distributed import fetch, to_global
 from rljax.parallel.rules import mesh_shardings, shard_params
-from rljax.rollout.sampler import generate
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.builders import (
     build_algorithm,
+    build_decoder,
     build_mesh,
     build_optimizer,
     build_policy,
@@ -167,7 +166,7 @@ def decode_and_score(
     scorer: Scorer,
     mesh: Mesh | None = None,
 ) -> Scored:
-    """n completions of each problem of `batch` (`decode`: a partial of `generate`), each
+    """n completions of each problem of `batch` (`decode`: from `build_decoder`), each
     scored by `task.reward` through the contained `scorer`.
 
     With `mesh` (a multi-process run) every process feeds the whole, identical batch as a
@@ -208,14 +207,7 @@ def greedy_eval(
     dataset = prompts.dataset(
         task, "test", seed=None, num_examples=size, shard_index=0, shard_count=1
     )
-    decode = functools.partial(
-        generate,
-        graphdef,
-        params,
-        max_new_tokens=config.rollout.max_new_tokens,
-        eos_id=tokenizer.eos_id,
-        pad_id=tokenizer.pad_id,
-    )
+    decode = build_decoder(graphdef, params, config, tokenizer)
     scorer, greedy, key = build_scorer(config), SamplingParams(greedy=True), jax.random.PRNGKey(0)
     rewards, failures = [], collections.Counter()
     for batch, real in eval_batches(dataset, size, min(size, config.train.prompts_per_step)):
@@ -288,14 +280,7 @@ def sample_eval(
         task, split, seed=None, num_examples=num_problems, shard_index=0, shard_count=1
     )
     tokenizer, scorer = prompts.tokenizer, build_scorer(config)
-    decode = functools.partial(
-        generate,
-        graphdef,
-        params,
-        max_new_tokens=r.max_new_tokens,
-        eos_id=tokenizer.eos_id,
-        pad_id=tokenizer.pad_id,
-    )
+    decode = build_decoder(graphdef, params, config, tokenizer)
     batch_size = min(num_problems, config.train.prompts_per_step)
     rewards: dict[str, list] = {"sampled": [], "greedy": []}  # [real, n] per batch
     lengths: dict[str, list] = {"sampled": [], "greedy": []}  # [real * n] per batch

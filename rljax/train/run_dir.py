@@ -57,6 +57,12 @@ FREE_KEYS = frozenset(
         "model.attention_chunk",  # attention in query chunks, the same scores
         "model.scan_layers",  # the same blocks, scanned or unrolled
         "model.attention_impl",  # the attention kernel, the same maths up to rounding
+        # The rollout engine's schedule: what a request samples does not depend on it.
+        "rollout.slots",
+        "rollout.decode_steps",
+        "rollout.admit_after",
+        "rollout.span_bucket",
+        "rollout.prefill_rows",
         "reward.workers",
         "reward.kind",
         "reward.timeout_s",

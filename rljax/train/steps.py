@@ -42,6 +42,7 @@ from rljax.objectives.kl import kl_penalty
 from rljax.parallel.rules import DEFAULT_RULES, MeshAxes
 from rljax.quant.mismatch import mismatch_metrics
 from rljax.quant.rollout import RolloutWeights, rollout_error_metrics, rollout_weights
+from rljax.rollout.engine import EngineConfig, StopRule, engine_generate
 from rljax.rollout.sampler import Rollout, generate
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.critic import critic_values
@@ -84,6 +85,12 @@ class RolloutConfig:
     sampling: SamplingParams = SamplingParams()
     weights: RolloutWeights = RolloutWeights()
     lora_unmerged: bool = False  # LoRA adapters applied as x W + scale (x A) B, not merged
+    # The rollout engine's schedule (continuous batching, `rljax.rollout.engine`); None: the
+    # static sampler (`rljax.rollout.generate`). The engine also takes more EOS ids and a
+    # host-side stop rule (stop strings).
+    engine: EngineConfig | None = None
+    extra_eos_ids: tuple[int, ...] = ()
+    stop: StopRule | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,17 +236,24 @@ def make_steps(
             batch.completion_mask,
         )
 
-    def rollout(state: TrainState, prompt_tokens, prompt_mask, attempt=0) -> Rollout:
+    def sampler_inputs(state: TrainState, attempt=0):
+        """The sampler's weights and the rollout key of this step (and refill attempt)."""
         rc = rollout_config
         key = _step_key(state, _ROLLOUT)
         # Attempt 0 keeps the step's key; refill attempts (DAPO) draw fresh samples.
         key = jnp.where(attempt == 0, key, jax.random.fold_in(key, attempt))
         noise_key = jax.random.fold_in(key, _AQN_SALT)  # AQN only; leaves the sampling key be
+        params = rollout_weights(
+            sampler_params(state, rc.lora_unmerged), rc.weights, state.step, noise_key
+        )
+        return params, key
+
+    def rollout(state: TrainState, prompt_tokens, prompt_mask, attempt=0) -> Rollout:
+        rc = rollout_config
+        params, key = sampler_inputs(state, attempt)
         return generate(
             graphdef,
-            rollout_weights(
-                sampler_params(state, rc.lora_unmerged), rc.weights, state.step, noise_key
-            ),
+            params,
             prompt_tokens,
             prompt_mask,
             key,
@@ -249,6 +263,32 @@ def make_steps(
             n_samples=rc.n_samples,
             sampling=rc.sampling,
         )
+
+    def engine_rollout(jitted_inputs, rows) -> Callable[..., Rollout]:
+        """The rollout step run by the engine: jitted weights and key, host-scheduled
+        decoding, the result placed as `rows` (None: where the engine left it)."""
+        rc = rollout_config
+
+        def run(state: TrainState, prompt_tokens, prompt_mask, attempt=0) -> Rollout:
+            params, key = jitted_inputs(state, attempt)
+            out = engine_generate(
+                graphdef,
+                params,
+                prompt_tokens,
+                prompt_mask,
+                key,
+                max_new_tokens=rc.max_new_tokens,
+                eos_id=rc.eos_id,
+                pad_id=rc.pad_id,
+                n_samples=rc.n_samples,
+                sampling=rc.sampling,
+                engine=rc.engine,
+                extra_eos_ids=rc.extra_eos_ids,
+                stop=rc.stop,
+            )
+            return out if rows is None else jax.device_put(out, rows)
+
+        return run
 
     def policy_metrics(batch: Batch, logprobs, entropy, ref_logprobs) -> Metrics:
         """What the prepare step reports of the pre-update policy ([B, T] `logprobs`,
@@ -482,9 +522,16 @@ def make_steps(
     def default_attempt(jitted):
         return lambda state, tokens, mask, attempt=0: jitted(state, tokens, mask, attempt)
 
+    if rollout_config.engine is None and (rollout_config.extra_eos_ids or rollout_config.stop):
+        raise ValueError(
+            "more EOS ids and stop strings need the rollout engine (rollout.engine='continuous')"
+        )
     if mesh is None:
+        rollout_step = default_attempt(jax.jit(rollout))
+        if rollout_config.engine is not None:
+            rollout_step = engine_rollout(jax.jit(sampler_inputs), None)
         return Steps(
-            default_attempt(jax.jit(rollout)),
+            rollout_step,
             jax.jit(prepare),
             jax.jit(update, donate_argnums=0),
             jax.jit(logprobs),
@@ -493,10 +540,14 @@ def make_steps(
         raise ValueError("make_steps(mesh=...) also needs state_shardings")
     rows = NamedSharding(mesh, PartitionSpec(rules["batch"]))
     none = NamedSharding(mesh, PartitionSpec())
+    rollout_step = default_attempt(
+        jax.jit(rollout, in_shardings=(state_shardings, rows, rows, none), out_shardings=rows)
+    )
+    if rollout_config.engine is not None:
+        inputs = jax.jit(sampler_inputs, in_shardings=(state_shardings, none))
+        rollout_step = engine_rollout(inputs, rows)
     return Steps(
-        default_attempt(
-            jax.jit(rollout, in_shardings=(state_shardings, rows, rows, none), out_shardings=rows)
-        ),
+        rollout_step,
         jax.jit(
             prepare,
             in_shardings=(state_shardings, rows),

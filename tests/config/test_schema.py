@@ -118,6 +118,14 @@ RECIPE_BEFORE = {
 OPTIONAL_BEFORE = {"critic.separate": False, "task.max_answer_len": 32}
 # Keys added after the old recipe, with their defaults.
 ADDED_SINCE = {
+    "rollout.engine": "continuous",
+    "rollout.slots": 64,
+    "rollout.decode_steps": 16,
+    "rollout.admit_after": 0,
+    "rollout.span_bucket": 128,
+    "rollout.prefill_rows": 8,
+    "rollout.stop_strings": (),
+    "rollout.extra_eos_ids": (),
     "train.old_logprobs": "auto",
     "train.compilation_cache": "~/.cache/rljax/jax",
     "train.allow_config_change": False,
