@@ -27,15 +27,16 @@ _MASKED = -1e30  # finite, so a row with no visible key gives a uniform (not NaN
 _CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
 
 
-def einsum_attention(q, k, v, allowed, dt, scalar: int | None = None):
+def einsum_attention(q, k, v, allowed, dt, scalar: int | None = None, heads_major: bool = False):
     """softmax(q k^T / sqrt(scalar), masked) v for q [B, T, K, G, D] (G query heads per kv
-    head), k and v [B, S, K, D], allowed [B, T, S]; the scores in float32; scalar None means
-    D. Returns [B, T, K, G, D]."""
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
+    head), k and v [B, S, K, D] ([B, K, S, D] with `heads_major`, the KV cache's layout),
+    allowed [B, T, S]; the scores in float32; scalar None means D. Returns [B, T, K, G, D]."""
+    kv = "bksd" if heads_major else "bskd"
+    scores = jnp.einsum(f"btkgd,{kv}->bkgts", q, k, preferred_element_type=jnp.float32)
     scores = scores / math.sqrt(scalar or q.shape[-1])
     scores = jnp.where(allowed[:, None, None], scores, _MASKED)
     probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-    return jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    return jnp.einsum(f"bkgts,{kv}->btkgd", probs, v)
 
 
 def cudnn_unfit(dtype, head_dim: int | None = None) -> str | None:
@@ -68,12 +69,13 @@ def resolve_impl(impl: str, q: jax.Array, k: jax.Array) -> str:
     return "xla" if q.shape[1] % 2 or k.shape[1] % 2 else "cudnn"
 
 
-def attend(q, k, v, allowed, impl: str, dt, scalar: int | None = None):
+def attend(q, k, v, allowed, impl: str, dt, scalar: int | None = None, heads_major=False):
     """Masked softmax attention by the implementation `impl` (ATTENTION_IMPLS) resolves to.
 
     Args:
       q: [B, T, K, G, D] queries, G query heads per kv head, in the compute dtype `dt`.
-      k, v: [B, S, K, D] keys and values in `dt`.
+      k, v: [B, S, K, D] keys and values in `dt`; [B, K, S, D] with `heads_major` (the KV
+        cache's layout, which lets decoding read each head's keys without a transpose).
       allowed: [B, T, S] bool, which keys each query may see.
       impl: "einsum", "xla", "cudnn" or "auto" (`TransformerConfig.attention_impl`).
       dt: the compute dtype; the probabilities are cast to it before they weight v.
@@ -83,9 +85,11 @@ def attend(q, k, v, allowed, impl: str, dt, scalar: int | None = None):
     Returns:
       [B, T, K, G, D] in `dt`.
     """
-    impl = resolve_impl(impl, q, k)
+    impl = resolve_impl(impl, q, k.swapaxes(1, 2) if heads_major else k)
+    if heads_major and impl != "einsum":  # only the einsum reads [B, K, S, D] directly
+        k, v, heads_major = k.swapaxes(1, 2), v.swapaxes(1, 2), False
     if impl == "einsum":
-        return einsum_attention(q, k, v, allowed, dt, scalar)
+        return einsum_attention(q, k, v, allowed, dt, scalar, heads_major)
     b, t, kv_heads, group, d = q.shape  # query head n = kv head n // G, as in jax's GQA
     out = jax.nn.dot_product_attention(
         q.reshape(b, t, kv_heads * group, d),

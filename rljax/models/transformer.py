@@ -46,8 +46,9 @@ class KVCache:
     """Preallocated keys/values for incremental decoding.
 
     Attributes:
-      keys: [n_layers, B, S, n_kv_heads, head_dim] in the compute dtype.
-      values: [n_layers, B, S, n_kv_heads, head_dim].
+      keys: [n_layers, B, n_kv_heads, S, head_dim] in the compute dtype: head-major, so
+        decoding reads each head's slots as one contiguous block (no transpose per step).
+      values: [n_layers, B, n_kv_heads, S, head_dim].
       valid: [B, S] bool, which cache slots hold a real (non-padding) token.
       positions: [B, S] int32, the RoPE position of each slot's token (for sliding windows).
       index: int32, the next slot to write: a scalar shared by every row, or [B] per row
@@ -63,7 +64,7 @@ class KVCache:
 
 def init_cache(config: TransformerConfig, batch_size: int, max_len: int) -> KVCache:
     """An empty cache with room for `max_len` tokens per row."""
-    shape = (config.n_layers, batch_size, max_len, config.n_kv_heads, config.resolved_head_dim)
+    shape = (config.n_layers, batch_size, config.n_kv_heads, max_len, config.resolved_head_dim)
     return KVCache(
         keys=jnp.zeros(shape, config.compute_dtype),
         values=jnp.zeros(shape, config.compute_dtype),
@@ -206,8 +207,9 @@ class Attention(nnx.Module):
 
     def attend(self, q, keys, values, allowed, cached: bool = False):
         """The attention output [B, T, D] of queries q [B, T, H, head_dim] over keys and
-        values [B, S, K, head_dim], each query seeing the key slots `allowed` [B, T, S];
-        `attention_chunk` splits the queries of a full pass (not `cached` decoding)."""
+        values [B, S, K, head_dim] ([B, K, S, head_dim], the cache's layout, when `cached`),
+        each query seeing the key slots `allowed` [B, T, S]; `attention_chunk` splits the
+        queries of a full pass (not `cached` decoding)."""
         cfg, dt = self.config, self.config.compute_dtype
         b, t, h, hd = q.shape
         q = q.reshape(b, t, cfg.n_kv_heads, h // cfg.n_kv_heads, hd)
@@ -218,7 +220,7 @@ class Attention(nnx.Module):
                 q, keys, values, allowed, cfg.attention_impl, dt, chunk, scalar
             )
         else:
-            out = attend(q, keys, values, allowed, cfg.attention_impl, dt, scalar)
+            out = attend(q, keys, values, allowed, cfg.attention_impl, dt, scalar, cached)
         out = dense("bthk,hkd->btd", out.reshape(b, t, h, hd), self.o_proj.get_value(), dt)
         if cfg.o_bias:
             out = out + self.o_bias[...].astype(dt)
@@ -267,7 +269,7 @@ class Block(nnx.Module):
 
 @chex.dataclass
 class _LayerCache:
-    """The stacked cache arrays [n_layers, B, S, K, head_dim] inside the layer scan, with the
+    """The stacked cache arrays [n_layers, B, K, S, head_dim] inside the layer scan, with the
     scanned layer's index and the slot where this call's tokens go."""
 
     keys: jax.Array
@@ -279,21 +281,23 @@ class _LayerCache:
         self, k: jax.Array, v: jax.Array, span: int
     ) -> tuple[_LayerCache, jax.Array, jax.Array]:
         """Writes this call's k, v [B, T, K, head_dim] into the layer's slots in place and
-        returns the new cache with the layer's first `span` keys and values [B, span, K,
+        returns the new cache with the layer's first `span` keys and values [B, K, span,
         head_dim]. A per-row index ([B]) scatters each row at its own slot; slots past the end
         are dropped."""
-        k, v = k.astype(self.keys.dtype), v.astype(self.values.dtype)
+        k = k.astype(self.keys.dtype).swapaxes(1, 2)  # [B, K, T, head_dim]
+        v = v.astype(self.values.dtype).swapaxes(1, 2)
         if self.index.ndim:
-            rows = jnp.arange(k.shape[0])[:, None]
-            slots = self.index[:, None] + jnp.arange(k.shape[1])
-            keys = self.keys.at[self.layer, rows, slots].set(k, mode="drop")
-            values = self.values.at[self.layer, rows, slots].set(v, mode="drop")
+            rows = jnp.arange(k.shape[0])[:, None, None]
+            heads = jnp.arange(k.shape[1])[None, :, None]
+            slots = (self.index[:, None] + jnp.arange(k.shape[2]))[:, None, :]
+            keys = self.keys.at[self.layer, rows, heads, slots].set(k, mode="drop")
+            values = self.values.at[self.layer, rows, heads, slots].set(v, mode="drop")
         else:
-            start = (self.layer, 0, self.index, 0, 0)
+            start = (self.layer, 0, 0, self.index, 0)
             keys = jax.lax.dynamic_update_slice(self.keys, k[None], start)
             values = jax.lax.dynamic_update_slice(self.values, v[None], start)
         new = self.replace(keys=keys, values=values)
-        return new, keys[self.layer, :, :span], values[self.layer, :, :span]
+        return new, keys[self.layer, :, :, :span], values[self.layer, :, :, :span]
 
 
 def _block(

@@ -79,7 +79,7 @@ class EngineConfig:
 class _Slots:
     """Decode slots [S]: the ragged KV cache and what each slot is sampling."""
 
-    cache: KVCache  # keys/values [L, S, M, K, hd]; index [S] = the slot's sequence length
+    cache: KVCache  # keys/values [L, S, K, M, hd]; index [S] = the slot's sequence length
     logits: jax.Array  # [S, V] float32, the next token's logits
     row: jax.Array  # [S] int32, the output row the slot writes
     t: jax.Array  # [S] int32, tokens generated so far
@@ -102,7 +102,7 @@ class _Outputs:
 
 @chex.dataclass
 class _Prefixes:
-    """Prefilled prompts waiting to be copied into slots: KV [L, R, P, K, hd], the logits of
+    """Prefilled prompts waiting to be copied into slots: KV [L, R, K, P, hd], the logits of
     the first completion token [R, V], prompt lengths [R] (and MoE routes [R, P, L, k])."""
 
     keys: jax.Array
@@ -147,12 +147,12 @@ def _admit(
     """Starts requests in slots `slot_ids` [M] from prefix rows `src` [M], writing output rows
     `rows` [M]; out-of-range slot ids (padding) are dropped."""
     cache = slots.cache
-    p = prefixes.keys.shape[2]
+    p = prefixes.keys.shape[3]
     n = prefixes.length[src]
     capacity = cache.valid.shape[1]
     cache = cache.replace(
-        keys=cache.keys.at[:, slot_ids, :p].set(prefixes.keys[:, src], mode="drop"),
-        values=cache.values.at[:, slot_ids, :p].set(prefixes.values[:, src], mode="drop"),
+        keys=cache.keys.at[:, slot_ids, :, :p].set(prefixes.keys[:, src], mode="drop"),
+        values=cache.values.at[:, slot_ids, :, :p].set(prefixes.values[:, src], mode="drop"),
         valid=cache.valid.at[slot_ids].set(jnp.arange(capacity) < n[:, None], mode="drop"),
         index=cache.index.at[slot_ids].set(n, mode="drop"),
     )
@@ -365,8 +365,8 @@ class _Run:
         kv = (
             model_cfg.n_layers,
             n_slots,
-            self.capacity,
             model_cfg.n_kv_heads,
+            self.capacity,
             model_cfg.resolved_head_dim,
         )
         self.slots = _Slots(
@@ -400,8 +400,8 @@ class _Run:
         pkv = (
             model_cfg.n_layers,
             self.prefix_rows,
-            p,
             model_cfg.n_kv_heads,
+            p,
             model_cfg.resolved_head_dim,
         )
         self.prefixes = _Prefixes(

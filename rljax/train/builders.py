@@ -571,9 +571,7 @@ def build_decoder(
     with the run's `rollout.*` budget and sampler: the engine, or the static sampler with
     `rollout.engine="static"` or several processes (the engine schedules one process's rows)."""
     r = config.rollout
-    common = dict(
-        max_new_tokens=r.max_new_tokens, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id
-    )
+    common = dict(max_new_tokens=r.max_new_tokens, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
     settings = build_engine_settings(config, tokenizer)
     if settings["engine"] is None or jax.process_count() > 1:
         return functools.partial(generate, graphdef, params, **common)
