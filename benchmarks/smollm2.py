@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from benchmarks.engine_workload import workload_texts
 from benchmarks.rollout import cpu_model, time_it
 
 
@@ -42,16 +43,10 @@ def parse_args() -> argparse.Namespace:
 
 
 def prompts(tokenizer, batch: int) -> tuple[np.ndarray, np.ndarray]:
-    from rljax.data.tasks import WordProblemTask
+    """The first `batch` prompts of the engine workload, LEFT-padded to the longest."""
     from rljax.models.tokenizer import encode_prompts
 
-    task = WordProblemTask()
-    texts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": task.example(i, "test")["prompt"]}]
-        )
-        for i in range(batch)
-    ]
+    texts = workload_texts(tokenizer, batch)
     length = max(len(tokenizer.encode(t)) for t in texts)
     return encode_prompts(tokenizer, texts, length, add_bos=False)
 
