@@ -18,8 +18,9 @@ def stop_strings(tokenizer: Tokenizer, strings: Sequence[str]) -> StopRule:
     """A `StopRule` that cuts a completion after the token completing any of `strings`.
 
     The whole text is decoded once; only when it holds a stop string is the shortest prefix
-    that holds it found by bisection (decoding a longer prefix never removes text), so a check
-    costs one decode plus log2(length) more on the rows that stop.
+    that holds it found by bisection (a longer prefix's text extends a shorter one's, except
+    for a multi-byte character cut in half at its end), so a check costs one decode plus
+    log2(length) more on the rows that stop.
     """
     strings = tuple(strings)
     if not strings or any(not s for s in strings):

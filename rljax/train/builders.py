@@ -568,24 +568,25 @@ def build_decoder(
     graphdef: nnx.GraphDef, params: nnx.State, config: ConfigDict, tokenizer: Tokenizer
 ) -> Callable[..., Rollout]:
     """`(prompt_tokens, prompt_mask, rng, *, n_samples, sampling) -> Rollout` of this policy
-    with the run's `rollout.*` budget and sampler: the engine, or the static sampler with
-    `rollout.engine="static"` or several processes (the engine schedules one process's rows)."""
+    with the run's `rollout.*` budget and sampler (`build_engine_settings`)."""
     r = config.rollout
     common = dict(max_new_tokens=r.max_new_tokens, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
     settings = build_engine_settings(config, tokenizer)
-    if settings["engine"] is None or jax.process_count() > 1:
+    if settings["engine"] is None:
         return functools.partial(generate, graphdef, params, **common)
     return functools.partial(engine_generate, graphdef, params, **common, **settings)
 
 
 def build_engine_settings(config: ConfigDict, tokenizer: Tokenizer) -> dict[str, Any]:
     """`RolloutConfig`'s engine fields from `rollout.*`: the engine's schedule (None with
-    `rollout.engine="static"`), more EOS ids and the stop-string rule."""
+    `rollout.engine="static"` and in multi-process runs, whose rows the engine cannot
+    schedule yet), more EOS ids and the stop-string rule."""
     r = config.rollout
-    if r.engine == "static":
+    if r.engine == "static" or jax.process_count() > 1:  # the engine schedules one process
         if r.stop_strings or r.extra_eos_ids:
             raise ValueError(
-                "rollout.stop_strings and rollout.extra_eos_ids need rollout.engine='continuous'"
+                "rollout.stop_strings and rollout.extra_eos_ids need rollout.engine='continuous' "
+                "on one process"
             )
         return dict(engine=None)
     return dict(
