@@ -20,7 +20,7 @@ import pytest
 
 import rljax.rollout.engine as engine_lib
 from rljax.models.config import TransformerConfig
-from rljax.models.transformer import abstract_model, create_model, forward, positions_from_mask
+from rljax.models.transformer import abstract_model, forward, positions_from_mask
 from rljax.rollout.engine import Engine, EngineConfig
 from rljax.rollout.sampler import generate
 from rljax.rollout.sampling import SamplingParams
@@ -44,7 +44,7 @@ BUDGETS = (8, 3, 8, 1, 6)  # per-prompt max_new_tokens
 SMALL = EngineConfig(slots=3, decode_steps=3, span_bucket=4, prefill_rows=4)
 WIDE = EngineConfig(slots=16, decode_steps=3, span_bucket=0, prefill_rows=4)
 PAIR = EngineConfig(slots=2, decode_steps=1, admit_after=1, span_bucket=0, prefill_rows=1)
-TRIO = EngineConfig(slots=3, decode_steps=4, admit_after=2, span_bucket=8, prefill_rows=1)
+TRIO = EngineConfig(slots=3, decode_steps=4, admit_after=2, span_bucket=0, prefill_rows=1)
 forward_jit = jax.jit(forward, static_argnums=0)
 
 
@@ -59,9 +59,17 @@ def prompts():
     return tokens, mask
 
 
+def random_params(config, seed=0, scale=0.5):
+    """N(0, scale^2) weights: far from flat, so CUTS candidate sets have several sizes."""
+    graphdef, shapes = abstract_model(config)
+    rng = np.random.default_rng(seed)
+    draw = lambda s: jnp.asarray(scale * rng.normal(size=s.shape), s.dtype)  # noqa: E731
+    return graphdef, jax.tree.map(draw, shapes)
+
+
 @pytest.fixture(scope="module")
 def model():
-    return create_model(CONFIG, seed=3)
+    return random_params(CONFIG, seed=4, scale=0.5)
 
 
 def _record(engine, params, key, **kwargs):
@@ -359,38 +367,24 @@ def test_stop_rule_cuts_after_the_stop_string(model, sampled):
 # --- MoE routes and CUTS ----------------------------------------------------------------
 
 
-def test_moe_routes_equal_the_static_sampler(greedy_moe):
-    out, reference = greedy_moe
+def test_moe_routes_equal_the_static_sampler():
+    """Greedy MoE rollouts: the experts of every real token (prompt and completion) equal the
+    static sampler's, and padding positions hold experts 0 .. k-1 as the Rollout documents."""
+    graphdef, params = random_params(MOE, seed=1, scale=0.5)
+    reference = _static(graphdef, params, GREEDY, eos_id=-1)
+    schedule = EngineConfig(slots=3, decode_steps=3, span_bucket=0, prefill_rows=2)
+    budgets = np.array([T, 3, T, 2, 5])  # rows end early, so completions have padding too
+    engine = _engine(GREEDY, schedule, (-1,), config=MOE)
+    out, log = _record(engine, params, jax.random.key(0), max_new_tokens=budgets)
+    assert len(log["admitted"]) >= 3
+    assert_truncated(out, reference, np.repeat(budgets, G))
     k = MOE.experts_per_token
     assert out.routes.shape == (len(LENGTHS) * G, P + T, MOE.n_layers, k)
-    np.testing.assert_array_equal(out.completion_tokens, reference.completion_tokens)
-    real = np.concatenate([reference.prompt_mask, reference.completion_mask], axis=1)
-    assert (~real).any()
+    real = np.concatenate([out.prompt_mask, out.completion_mask], axis=1)
+    assert (~real[:, :P]).any() and (~real[:, P:]).any()
     np.testing.assert_array_equal(out.routes[real], reference.routes[real])
-    # Padding positions hold experts 0 .. k-1, as the Rollout documents.
-    np.testing.assert_array_equal(
-        out.routes[~real], np.broadcast_to(np.arange(k), out.routes[~real].shape)
-    )
-
-
-@pytest.fixture(scope="module")
-def greedy_moe():
-    graphdef, params = create_model(MOE, seed=1)
-    reference = _static(graphdef, params, GREEDY, eos_id=-1)
-    eos = int(reference.completion_tokens[0, 3])  # some rows stop early, at different steps
-    reference = _static(graphdef, params, GREEDY, eos_id=eos)
-    schedule = EngineConfig(slots=3, decode_steps=3, span_bucket=0, prefill_rows=2)
-    out, log = _record(_engine(GREEDY, schedule, (eos,), config=MOE), params, jax.random.key(0))
-    assert len(log["admitted"]) >= 3
-    return out, reference
-
-
-def random_params(config, seed=0, scale=0.5):
-    """N(0, scale^2) weights: far from flat, so CUTS candidate sets have several sizes."""
-    graphdef, shapes = abstract_model(config)
-    rng = np.random.default_rng(seed)
-    draw = lambda s: jnp.asarray(scale * rng.normal(size=s.shape), s.dtype)  # noqa: E731
-    return graphdef, jax.tree.map(draw, shapes)
+    pad = np.broadcast_to(np.arange(k), out.routes[~real].shape)
+    np.testing.assert_array_equal(out.routes[~real], pad)
 
 
 def candidate_set(logits, top_k, ratio, temperature):
