@@ -33,7 +33,7 @@ CONFIGS = {
 }  # fmt: skip
 
 PROMPT = np.array([4, 1, 6])  # prompt lengths of the three rows (prefilled together)
-TOTAL = np.array([9, 6, 11])  # sequence lengths: rows end at different steps
+TOTAL = np.array([9, 8, 11])  # sequence lengths: rows end at different steps
 WIDTH, CAPACITY = 12, 16
 
 forward_jit = jax.jit(forward, static_argnums=0)
@@ -80,15 +80,23 @@ def test_ragged_decoding_equals_the_full_forward_pass(name):
     )
     cache = cache.replace(index=jnp.asarray(PROMPT, jnp.int32))
 
-    # Decode: one 2-token step, then 1-token steps; each row at its own slot; attention over
-    # the first `span` slots (a multiple of 4 that holds every written slot).
-    index, seen, spans = PROMPT.copy(), np.zeros_like(mask), set()
-    seen[:, :p] = prompt_mask
-    chunk = 2
-    while (index < TOTAL).any():
-        cols = index[:, None] + np.arange(chunk)
+    # Decode: one 2-token step, then 1-token steps; each row at its own slot `index` (its
+    # next sequence position is `col`); attention over the first `span` slots (a multiple of 4
+    # holding every written slot). At step 1 row 1 writes an invalid slot (a hole, as a
+    # masked-out step leaves): later slots no longer equal positions, and only `valid` keeps
+    # the hole out.
+    col, index, spans = PROMPT.copy(), PROMPT.copy(), set()
+    valid = np.zeros((3, CAPACITY), bool)
+    valid[:, :p] = prompt_mask
+    chunk, step = 2, 0
+    while (col < TOTAL).any():
+        cols = col[:, None] + np.arange(chunk)
         live = cols < TOTAL[:, None]
         step_tokens = np.take_along_axis(tokens, np.minimum(cols, WIDTH - 1), axis=1)
+        hole = np.zeros(3, bool)
+        hole[1] = step == 1
+        live[hole] = False
+        step_tokens[hole] = 7
         span = int(-(-(index.max() + chunk) // 4) * 4)
         spans.add(span)
         logits, cache = cached_step(
@@ -98,13 +106,15 @@ def test_ragged_decoding_equals_the_full_forward_pass(name):
         want = np.take_along_axis(reference, np.minimum(cols, WIDTH - 1)[..., None], axis=1)
         np.testing.assert_allclose(got[live], want[live], atol=1e-5, rtol=1e-5)
         np.testing.assert_array_equal(np.asarray(cache.index), index + chunk)
-        index = np.where(live.any(1), index + chunk, index)
+        slots = index[:, None] + np.arange(chunk)
+        valid[np.nonzero(live)[0], slots[live]] = True
+        col = np.where(live.any(1), col + chunk, col)
+        index = np.where(live.any(1) | hole, index + chunk, index)
         cache = cache.replace(index=jnp.asarray(index, jnp.int32))
-        seen[np.nonzero(live)[0], cols[live]] = True
-        chunk = 1
+        chunk, step = 1, step + 1
     assert len(spans) >= 2 and min(spans) < CAPACITY  # the span really cut the cache
-    np.testing.assert_array_equal(np.asarray(cache.valid)[:, :WIDTH], mask)
-    assert not np.asarray(cache.valid)[:, WIDTH:].any()
+    np.testing.assert_array_equal(np.asarray(cache.valid), valid)
+    assert valid.sum() == TOTAL.sum() and not valid[1, PROMPT[1] + 2]  # the hole
 
 
 def test_uniform_per_row_index_equals_the_scalar_index_path():
