@@ -257,7 +257,8 @@ def sampled(model):
     return run
 
 
-def test_samples_do_not_depend_on_the_schedule(sampled):
+def test_samples_do_not_depend_on_the_schedule(model, sampled):
+    _, params = model
     base, log = sampled(SMALL)
     lengths = base.completion_mask.sum(axis=1)
     assert len(set(lengths.tolist())) >= 3  # rows end at different steps (EOS ids, budgets)
@@ -268,7 +269,11 @@ def test_samples_do_not_depend_on_the_schedule(sampled):
         np.testing.assert_array_equal(other.completion_mask, base.completion_mask)
         for name in ("sampling_logprobs", "policy_logprobs"):
             np.testing.assert_allclose(getattr(other, name), getattr(base, name), atol=1e-5)
-    # A different key samples differently; samples of one prompt differ from each other.
+    # The raw (uint32) form of the same key samples the same; a different key differently;
+    # samples of one prompt differ from each other.
+    engine = _engine(SAMPLED, SMALL, SAMPLED_EOS)
+    raw, _ = _record(engine, params, jax.random.PRNGKey(5), max_new_tokens=BUDGETS)
+    np.testing.assert_array_equal(raw.completion_tokens, base.completion_tokens)
     other_key, _ = sampled(SMALL, seed=6)
     assert not np.array_equal(other_key.completion_tokens, base.completion_tokens)
     tokens = base.completion_tokens
