@@ -170,7 +170,8 @@ def _admit(
     if outputs.routes is not None:  # the prompt's routes, left-padded as the Rollout holds them
         j = jnp.arange(p) - (p - n[:, None])  # [M, P]: prompt token j lands at column p - n + j
         routes = prefixes.routes[src[:, None], jnp.maximum(j, 0)]
-        routes = jnp.where((j >= 0)[..., None, None], routes, outputs.routes[0, 0])
+        pad = jnp.arange(routes.shape[-1], dtype=routes.dtype)  # experts 0 .. k-1
+        routes = jnp.where((j >= 0)[..., None, None], routes, pad)
         dest = jnp.where(slot_ids < slots.row.shape[0], rows, outputs.tokens.shape[0])
         outputs = outputs.replace(routes=outputs.routes.at[dest, :p].set(routes, mode="drop"))
     return slots, outputs
@@ -325,6 +326,8 @@ class Engine:
         if tokens.ndim != 2 or tokens.shape != mask.shape:
             raise ValueError(f"prompt tokens {tokens.shape} and mask {mask.shape}: need [B, P]")
         b, p = tokens.shape
+        if n_samples < 1:
+            raise ValueError(f"n_samples={n_samples} must be >= 1")
         lengths = mask.sum(axis=1).astype(np.int32)
         if (lengths == 0).any():
             raise ValueError(f"prompts {np.flatnonzero(lengths == 0).tolist()} have no tokens")
