@@ -1,4 +1,5 @@
-"""Rollouts: the jitted KV-cache sampler and next-token distributions (with CUTS)."""
+"""Rollouts: the continuous-batching engine, the static KV-cache sampler and next-token
+distributions (with CUTS)."""
 
 from rljax.rollout.cuts import (
     cuts_logprobs,
@@ -6,10 +7,16 @@ from rljax.rollout.cuts import (
     num_cuts_samples,
     training_rollout_logprobs,
 )
+from rljax.rollout.engine import Engine, EngineConfig, engine_generate
 from rljax.rollout.sampler import Rollout, generate
 from rljax.rollout.sampling import SamplingParams, process_logits, sample_token
+from rljax.rollout.stop import stop_strings
 
 __all__ = [
+    "Engine",
+    "EngineConfig",
+    "engine_generate",
+    "stop_strings",
     "Rollout",
     "generate",
     "SamplingParams",

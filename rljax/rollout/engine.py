@@ -14,6 +14,9 @@ The engine instead keeps a fixed number of decode slots busy:
   empty and every slot has stopped, not when the slowest row of a fixed batch does.
 - Decode attention reads the first `span` cache slots only, the smallest multiple of
   `span_bucket` that holds every live row for the coming steps (one compilation per span).
+- Once the queue is empty and at most half the slots are live, the live sequences move into
+  the first slots and the batch halves (again and again), so the long tail of a heavy-tailed
+  rollout is not decoded at the cost of the full slot count.
 - A sample's randomness comes from keys folded from (rollout key, prompt index, sample index,
   token index), so the slot or order a sequence runs in does not change what it samples.
 
@@ -259,6 +262,24 @@ def _cut(slots: _Slots, outputs: _Outputs, slot_ids, rows, keep, pad_id: int):
     return slots.replace(live=slots.live.at[slot_ids].set(False)), outputs
 
 
+@jax.jit
+def _take_slots(slots: _Slots, keep: jax.Array) -> _Slots:
+    """The slots `keep` [S'] (in that order) of `slots`."""
+    take = lambda a, axis=0: jnp.take(a, keep, axis=axis)
+    cache = slots.cache
+    cache = cache.replace(
+        keys=take(cache.keys, 1),
+        values=take(cache.values, 1),
+        valid=take(cache.valid),
+        positions=take(cache.positions),
+        index=take(cache.index),
+    )
+    rest = {
+        f: take(getattr(slots, f)) for f in ("logits", "row", "t", "limit", "live", "key", "cuts")
+    }
+    return slots.replace(cache=cache, **rest)
+
+
 @functools.partial(jax.jit, static_argnames=("n_prompts", "n_samples"))
 def _request_keys(rng: jax.Array, n_prompts: int, n_samples: int) -> jax.Array:
     """[N, 2] raw sampling keys: fold(fold(rng, prompt index), sample index), row = i * G + g."""
@@ -459,7 +480,23 @@ class _Run:
             self.live, self.index = np.array(live), np.array(index)
             if self.engine.stop is not None:
                 self._apply_stop_rule(was_live)
+            self._shrink()
         return self._rollout()
+
+    def _shrink(self) -> None:
+        """With no request waiting and at most half the slots live, moves the live sequences
+        into the first slots and drops the rest (halving, so each size compiles once): the tail
+        of long sequences does not pay for idle slots."""
+        size, live = self.live.size, int(self.live.sum())
+        if self.queue or not 0 < live <= size // 2:
+            return
+        while live <= size // 2:
+            size //= 2
+        keep = np.concatenate([np.flatnonzero(self.live), np.flatnonzero(~self.live)])[:size]
+        self.slots = _take_slots(self.slots, jnp.asarray(keep, jnp.int32))
+        self.live, self.index, self.slot_row = (
+            a[keep] for a in (self.live, self.index, self.slot_row)
+        )
 
     def _admit(self) -> None:
         """Fills free slots with the next (prompt, sample) requests, prefilling new prompts."""

@@ -74,9 +74,16 @@ def model():
 
 def _record(engine, params, key, **kwargs):
     """`engine.generate` on `prompts()`, with a log of its device steps: decode spans, the
-    output rows of every admission round, and each cut's (kept, decoded) token counts."""
-    log = {"spans": [], "admitted": [], "cuts": []}
+    output rows of every admission round, each cut's (kept, decoded) token counts and the slot
+    counts the tail shrank to."""
+    log = {"spans": [], "admitted": [], "cuts": [], "shrunk": []}
     decode, admit, cut = engine_lib._decode, engine_lib._admit, engine_lib._cut
+    take_slots = engine_lib._take_slots
+
+    def spy_take_slots(slots, keep):
+        assert np.asarray(slots.live)[np.asarray(keep)].sum() == np.asarray(slots.live).sum()
+        log["shrunk"].append(int(keep.shape[0]))
+        return take_slots(slots, keep)
 
     def spy_decode(*args, **kw):
         log["spans"].append(kw["span"])
@@ -97,6 +104,7 @@ def _record(engine, params, key, **kwargs):
         patch.setattr(engine_lib, "_decode", spy_decode)
         patch.setattr(engine_lib, "_admit", spy_admit)
         patch.setattr(engine_lib, "_cut", spy_cut)
+        patch.setattr(engine_lib, "_take_slots", spy_take_slots)
         out = engine.generate(params, tokens, mask, key, n_samples=G, **kwargs)
     return jax.device_get(out), log
 
@@ -204,8 +212,11 @@ def test_greedy_equals_static_sampler(model, greedy_reference, schedule):
     if schedule is SMALL:  # the queue drained through the 3 slots, over several spans
         assert len(log["admitted"]) >= 4 and max(map(len, log["admitted"])) <= 3
         assert len(set(log["spans"])) >= 3 and max(log["spans"]) <= P + T
-    else:  # everything fits at once
+    else:  # everything fits at once; the tail halves the 10 slots as rows stop
         assert len(log["admitted"]) == 1 and set(log["spans"]) == {P + T}
+        assert (
+            log["shrunk"] and log["shrunk"][0] == 5 and log["shrunk"] == sorted(log["shrunk"])[::-1]
+        )
 
 
 def test_several_eos_ids_and_per_prompt_budgets(model, greedy_reference):
