@@ -22,7 +22,6 @@ import argparse
 import functools
 import json
 import os
-import platform
 import subprocess
 import tempfile
 import time
@@ -31,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.rollout import cpu_model
+from benchmarks.rollout import machine
 
 _COMPILE_EVENTS = (
     "/jax/core/compile/backend_compile_duration",
@@ -183,12 +182,7 @@ def main() -> None:
         benchmark="engine",
         args=vars(args),
         results=results,
-        machine=dict(
-            platform=platform.platform(),
-            processor=cpu_model(),
-            cpus=os.cpu_count(),
-            jax=jax.__version__,
-        ),
+        machine=machine(),
     )
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:

@@ -133,6 +133,17 @@ def bench_hf(args, model, prompts, mask) -> dict:
     return dict(times_s=time_it(run, args.repeats))
 
 
+def machine() -> dict:
+    """What a results file records of the machine it ran on."""
+    return dict(
+        platform=platform.platform(),
+        processor=cpu_model(),
+        cpus=os.cpu_count(),
+        jax=jax.__version__,
+        backend=jax.default_backend(),
+    )
+
+
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo (Linux), else platform.processor()."""
     try:
@@ -169,13 +180,7 @@ def main() -> None:
         benchmark="rollout",
         args=vars(args),
         results=results,
-        machine=dict(
-            platform=platform.platform(),
-            processor=cpu_model(),
-            cpus=os.cpu_count(),
-            jax=jax.__version__,
-            backend=jax.default_backend(),
-        ),
+        machine=machine(),
     )
     if "hf_transformers" in results:
         report["speedup_rljax_over_hf"] = (

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 
@@ -27,7 +26,7 @@ import numpy as np
 import optax
 
 from benchmarks.engine_workload import workload_texts
-from benchmarks.rollout import cpu_model, time_it
+from benchmarks.rollout import machine, time_it
 
 
 def parse_args() -> argparse.Namespace:
@@ -173,12 +172,7 @@ def main() -> None:
         args=vars(args),
         prompt_tokens=int(tokens.shape[1]),
         results=results,
-        machine=dict(
-            platform=platform.platform(),
-            processor=cpu_model(),
-            cpus=os.cpu_count(),
-            jax=jax.__version__,
-        ),
+        machine=machine(),
     )
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:

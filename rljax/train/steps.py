@@ -248,26 +248,22 @@ def make_steps(
         )
         return params, key
 
+    rc = rollout_config
+    sample_args = dict(
+        max_new_tokens=rc.max_new_tokens,
+        eos_id=rc.eos_id,
+        pad_id=rc.pad_id,
+        n_samples=rc.n_samples,
+        sampling=rc.sampling,
+    )
+
     def rollout(state: TrainState, prompt_tokens, prompt_mask, attempt=0) -> Rollout:
-        rc = rollout_config
         params, key = sampler_inputs(state, attempt)
-        return generate(
-            graphdef,
-            params,
-            prompt_tokens,
-            prompt_mask,
-            key,
-            max_new_tokens=rc.max_new_tokens,
-            eos_id=rc.eos_id,
-            pad_id=rc.pad_id,
-            n_samples=rc.n_samples,
-            sampling=rc.sampling,
-        )
+        return generate(graphdef, params, prompt_tokens, prompt_mask, key, **sample_args)
 
     def engine_rollout(jitted_inputs, rows) -> Callable[..., Rollout]:
         """The rollout step run by the engine: jitted weights and key, host-scheduled
         decoding, the result placed as `rows` (None: where the engine left it)."""
-        rc = rollout_config
 
         def run(state: TrainState, prompt_tokens, prompt_mask, attempt=0) -> Rollout:
             params, key = jitted_inputs(state, attempt)
@@ -277,14 +273,10 @@ def make_steps(
                 prompt_tokens,
                 prompt_mask,
                 key,
-                max_new_tokens=rc.max_new_tokens,
-                eos_id=rc.eos_id,
-                pad_id=rc.pad_id,
-                n_samples=rc.n_samples,
-                sampling=rc.sampling,
                 engine=rc.engine,
                 extra_eos_ids=rc.extra_eos_ids,
                 stop=rc.stop,
+                **sample_args,
             )
             return out if rows is None else jax.device_put(out, rows)
 
