@@ -36,7 +36,6 @@ import dataclasses
 import json
 import math
 import os
-import platform
 import statistics
 import time
 
@@ -45,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from benchmarks.rollout import cpu_model
+from benchmarks.rollout import machine
 from rljax.algorithms import grpo
 from rljax.core.batch import make_batch
 from rljax.core.state import init_train_state
@@ -307,16 +306,6 @@ def breakdown(case: Case, repeats: int) -> dict:
             part_flops *= cfg.n_layers
         out[name] = dict(median_s=median_s, flops=part_flops, flops_per_s=part_flops / median_s)
     return out
-
-
-def machine() -> dict:
-    return dict(
-        platform=platform.platform(),
-        processor=cpu_model(),
-        cpus=os.cpu_count(),
-        jax=jax.__version__,
-        backend=jax.default_backend(),
-    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
