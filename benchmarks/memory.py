@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from benchmarks.update import machine
+from benchmarks.rollout import machine
 from rljax.algorithms import grpo
 from rljax.core.batch import make_batch
 from rljax.core.state import init_train_state

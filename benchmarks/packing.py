@@ -23,7 +23,7 @@ import jax
 import numpy as np
 import optax
 
-from benchmarks.update import machine
+from benchmarks.rollout import machine
 from rljax.algorithms import grpo
 from rljax.core.batch import make_batch
 from rljax.core.state import init_train_state

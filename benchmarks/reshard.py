@@ -20,7 +20,7 @@ import statistics
 import jax
 import optax
 
-from benchmarks.update import machine
+from benchmarks.rollout import machine
 from rljax.algorithms import grpo
 from rljax.core.state import init_train_state
 from rljax.models.config import TransformerConfig
