@@ -565,16 +565,16 @@ def build_rollout_config(config: ConfigDict, tokenizer: Tokenizer) -> RolloutCon
 
 
 def build_decoder(
-    graphdef: nnx.GraphDef, params: nnx.State, config: ConfigDict, tokenizer: Tokenizer
+    graphdef: nnx.GraphDef, config: ConfigDict, tokenizer: Tokenizer
 ) -> Callable[..., Rollout]:
-    """`(prompt_tokens, prompt_mask, rng, *, n_samples, sampling) -> Rollout` of this policy
-    with the run's `rollout.*` budget and sampler (`build_engine_settings`)."""
+    """`(params, prompt_tokens, prompt_mask, rng, *, n_samples, sampling) -> Rollout` with the
+    run's `rollout.*` budget and sampler (`build_engine_settings`), built once per run."""
     r = config.rollout
     common = dict(max_new_tokens=r.max_new_tokens, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
     settings = build_engine_settings(config, tokenizer)
     if settings["engine"] is None:
-        return functools.partial(generate, graphdef, params, **common)
-    return functools.partial(engine_generate, graphdef, params, **common, **settings)
+        return functools.partial(generate, graphdef, **common)
+    return functools.partial(engine_generate, graphdef, **common, **settings)
 
 
 def build_engine_settings(config: ConfigDict, tokenizer: Tokenizer) -> dict[str, Any]:

@@ -161,10 +161,11 @@ def greedy_decoder(
 ) -> Callable[[TrainState, Any, Any], Rollout]:
     """`(state, prompt_tokens, prompt_mask) -> Rollout`: one greedy completion per prompt, by
     the run's sampler (`build_decoder`)."""
+    run = build_decoder(graphdef, config, tokenizer)
 
     def decode(state: TrainState, tokens, mask) -> Rollout:
-        run = build_decoder(graphdef, merged_params(state), config, tokenizer)
         return run(
+            merged_params(state),
             jnp.asarray(tokens),
             jnp.asarray(mask),
             jax.random.PRNGKey(0),

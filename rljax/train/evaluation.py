@@ -10,6 +10,7 @@ policy from its checkpoints with the same config, so model, task and prompt form
 from __future__ import annotations
 
 import collections
+import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -207,7 +208,7 @@ def greedy_eval(
     dataset = prompts.dataset(
         task, "test", seed=None, num_examples=size, shard_index=0, shard_count=1
     )
-    decode = build_decoder(graphdef, params, config, tokenizer)
+    decode = functools.partial(build_decoder(graphdef, config, tokenizer), params)
     scorer, greedy, key = build_scorer(config), SamplingParams(greedy=True), jax.random.PRNGKey(0)
     rewards, failures = [], collections.Counter()
     for batch, real in eval_batches(dataset, size, min(size, config.train.prompts_per_step)):
@@ -280,7 +281,7 @@ def sample_eval(
         task, split, seed=None, num_examples=num_problems, shard_index=0, shard_count=1
     )
     tokenizer, scorer = prompts.tokenizer, build_scorer(config)
-    decode = build_decoder(graphdef, params, config, tokenizer)
+    decode = functools.partial(build_decoder(graphdef, config, tokenizer), params)
     batch_size = min(num_problems, config.train.prompts_per_step)
     rewards: dict[str, list] = {"sampled": [], "greedy": []}  # [real, n] per batch
     lengths: dict[str, list] = {"sampled": [], "greedy": []}  # [real * n] per batch

@@ -236,9 +236,10 @@ def make_steps(
             batch.completion_mask,
         )
 
+    rc = rollout_config
+
     def sampler_inputs(state: TrainState, attempt=0):
         """The sampler's weights and the rollout key of this step (and refill attempt)."""
-        rc = rollout_config
         key = _step_key(state, _ROLLOUT)
         # Attempt 0 keeps the step's key; refill attempts (DAPO) draw fresh samples.
         key = jnp.where(attempt == 0, key, jax.random.fold_in(key, attempt))
@@ -248,7 +249,6 @@ def make_steps(
         )
         return params, key
 
-    rc = rollout_config
     sample_args = dict(
         max_new_tokens=rc.max_new_tokens,
         eos_id=rc.eos_id,
