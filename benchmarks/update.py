@@ -5,14 +5,9 @@ rewards) is built with `make_batch`, scored once by `steps.prepare`, and `steps.
 epoch, one minibatch: one forward + backward over prompt + completion, the chunked-vocabulary
 log-probs of the completion, and AdamW) is timed for each model size and update setting.
 
-Model FLOPs of one update (matmuls only, the usual 6 N D rule of Kaplan et al. 2020 plus the
-attention term of PaLM, Chowdhery et al. 2022, appendix B), with S = P + T tokens a row:
-  trunk      6 * N_block * B * S          N_block: matmul weights of the decoder blocks
-  attention  12 * L * B * S^2 * H * hd    scores and probs @ values, the full S x S square as
-                                          the model computes it (causal half not skipped)
-  head       6 * B * T * d_model * V      the output matrix, on the T completion positions only
-The vocabulary scan rematerialises each chunk's logits in the backward pass, so the machine does
-2 * B * T * d_model * V more (`hardware_flops`); MFU counts model FLOPs only (no recompute).
+Model FLOPs and the reference matmul are `rljax.metrics.flops` (the same numbers as a run's
+`perf/mfu`): 6 N D for the decoder blocks, the full S x S attention square and the head on
+the T completion positions; MFU counts model FLOPs only (no recompute).
 
 The reference throughput is measured in the same run: a jitted float32 matmul
 [B * S, d_model] x [d_model, 4 * d_model], the shape of an MLP projection of the model. Matmul
@@ -48,6 +43,7 @@ from benchmarks.rollout import machine
 from rljax.algorithms import grpo
 from rljax.core.batch import make_batch
 from rljax.core.state import init_train_state
+from rljax.metrics.flops import MatmulProbe, model_flops
 from rljax.models.config import TransformerConfig
 from rljax.models.transformer import create_model
 from rljax.train.logprobs import policy_states, token_stats
@@ -111,56 +107,11 @@ def cases(quick: bool) -> list[Case]:
     ]
 
 
-def block_matmul_params(cfg: TransformerConfig) -> int:
-    """Weights of one decoder block that enter a matmul (projections and MLP; no norms)."""
-    d, h, k, hd = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.resolved_head_dim
-    return d * h * hd + 2 * d * k * hd + h * hd * d + 3 * d * cfg.d_ff
-
-
-def model_flops(cfg: TransformerConfig, batch: int, prompt: int, completion: int) -> dict:
-    """Matmul FLOPs of one update (forward + backward) on [batch, prompt + completion] tokens.
-
-    Args:
-      cfg: the model.
-      batch, prompt, completion: B, P and T of the batch.
-
-    Returns:
-      dict with "trunk", "attention", "head" (model FLOPs, see the module docstring), "model"
-      (their sum) and "hardware" (model + the head's rematerialised forward).
-    """
-    s = prompt + completion
-    trunk = 6 * cfg.n_layers * block_matmul_params(cfg) * batch * s
-    attention = 12 * cfg.n_layers * batch * s * s * cfg.n_heads * cfg.resolved_head_dim
-    head_forward = 2 * batch * completion * cfg.d_model * cfg.vocab_size
-    head = 3 * head_forward
-    model = trunk + attention + head
-    return dict(
-        trunk=trunk, attention=attention, head=head, model=model, hardware=model + head_forward
-    )
-
-
 def timed(fn, *args) -> float:
     """Seconds of one call of `fn(*args)`, waiting for its results."""
     start = time.perf_counter()
     jax.block_until_ready(fn(*args))
     return time.perf_counter() - start
-
-
-class MatmulProbe:
-    """The reference: a jitted float32 [M, d] x [d, 4 d] matmul, timed as a median of `reps`."""
-
-    def __init__(self, rows: int, d_model: int, reps: int = 7):
-        keys = jax.random.split(jax.random.key(1))
-        self.x = jax.random.normal(keys[0], (rows, d_model), jnp.float32)
-        self.w = jax.random.normal(keys[1], (d_model, 4 * d_model), jnp.float32)
-        self.fn = jax.jit(jnp.matmul)
-        self.flops = 2 * rows * d_model * 4 * d_model
-        self.reps = reps
-        timed(self.fn, self.x, self.w)  # compile
-
-    def flops_per_s(self) -> float:
-        times = [timed(self.fn, self.x, self.w) for _ in range(self.reps)]
-        return self.flops / statistics.median(times)
 
 
 def grpo_batch(case: Case, vocab: int):

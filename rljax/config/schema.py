@@ -322,6 +322,13 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
             max=1,
             hint="0: off",
         ),
+        "pad_multiple": Key(
+            16,
+            "before learning, prompts and completions are cut to the batch's longest, rounded "
+            "up to a multiple of this (a few compiled shapes; same results, less padding)",
+            min=0,
+            hint="0: off (every batch at task.max_prompt_len + rollout.max_new_tokens)",
+        ),
         "old_logprobs": Key(
             "auto",
             'the old policy\'s log-probs: "recompute" (a forward pass before the update), '

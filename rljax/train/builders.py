@@ -438,7 +438,8 @@ def build_algorithm(config: ConfigDict, vocab_size: int | None = None) -> algori
     Keys that are fields of a dataclass parameter (`preset_settings`) build that parameter's
     instance from the preset's default one (`preset_arguments`). Presets that take a
     `vocab_size` (DGPO's entropy gate) get the policy's; presets that take `total_steps`
-    (Entrocraft's schedules) get `train.steps`. The result's declared keys are
+    (Entrocraft's schedules) get `train.steps`; a `max_len` that is the generation budget
+    (`_reads_budget`) gets `rollout.max_new_tokens`. The result's declared keys are
     checked (`rljax.core.keys.check_algorithm`): a key read that nothing produces, or an extras
     key written that nothing reads (GPRL's clip scale under CISPO), is a ValueError.
     """
@@ -452,6 +453,8 @@ def build_algorithm(config: ConfigDict, vocab_size: int | None = None) -> algori
             if value is None:
                 raise ValueError(f"algorithm.name={a.name!r} needs the policy's {name}")
             values[name] = value
+    if "max_len" in accepted and "max_len" not in values and _reads_budget(accepted, values):
+        values["max_len"] = config.rollout.max_new_tokens
     try:
         kwargs = preset_arguments(preset, values)
         algorithm = preset(group_size=config.rollout.n_samples, **kwargs)
@@ -462,6 +465,17 @@ def build_algorithm(config: ConfigDict, vocab_size: int | None = None) -> algori
         algorithm = algorithm._replace(transform=chain(algorithm.transform, correction))
     check_algorithm(algorithm)
     return algorithm
+
+
+def _reads_budget(accepted: dict[str, PresetSetting], values: dict[str, Any]) -> bool:
+    """Whether a preset's `max_len` is the generation budget: DAPO's overlong punishment and
+    Dr. GRPO's normaliser (no `aggregation` setting), or the "seq-mean-token-sum-norm"
+    aggregation. Left unset it would default to the batch's completion width, which is the
+    budget only until the driver trims padding (`train.pad_multiple`), so the driver passes
+    `rollout.max_new_tokens` itself."""
+    if "aggregation" not in accepted:
+        return True
+    return values.get("aggregation", accepted["aggregation"].default) == "seq-mean-token-sum-norm"
 
 
 def build_rollout_correction(config: ConfigDict) -> Transform | None:

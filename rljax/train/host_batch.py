@@ -29,6 +29,16 @@ SAMPLE_FIELDS = (
     "rewards",
 )
 REQUIRED_FIELDS = (*SAMPLE_FIELDS, "prompt_id")
+# Fields with one entry per completion token ([B, T, ...]) and per prompt + completion position
+# ([B, P + T, ...]): `HostBatch.trimmed` cuts them with the completions.
+COMPLETION_FIELDS = (
+    "completion_tokens",
+    "completion_mask",
+    "rollout_logprobs",
+    "token_rewards",
+    "is_weight",
+)
+SEQUENCE_FIELDS = ("routes",)
 # Extras that stay integers in the Batch (MoE expert choices, policy versions); the others
 # are float32.
 _INT_EXTRAS = ("routes", "policy_version")
@@ -121,6 +131,29 @@ class HostBatch:
             {k: np.concatenate([p.rows[k] for p in parts]) for k in parts[0].rows},
             parts[0].group_size,
         )
+
+    def trimmed(self, prompt_width: int, completion_width: int) -> HostBatch:
+        """The last `prompt_width` prompt columns and the first `completion_width` completion
+        columns of every row (per-position fields cut alike); for dropping padding columns,
+        see `rljax.train.padding`."""
+        full = self.rows["prompt_tokens"].shape[1]
+        full_completion = self.rows["completion_tokens"].shape[1]
+        if not (0 < prompt_width <= full and 0 < completion_width <= full_completion):
+            raise ValueError(
+                f"widths ({prompt_width}, {completion_width}) are not in 1..{full} and "
+                f"1..{full_completion}"
+            )
+        start = full - prompt_width
+        rows = {}
+        for key, value in self.rows.items():
+            if key in ("prompt_tokens", "prompt_mask"):
+                value = value[:, start:]
+            elif key in COMPLETION_FIELDS:
+                value = value[:, :completion_width]
+            elif key in SEQUENCE_FIELDS:
+                value = value[:, start : full + completion_width]
+            rows[key] = value
+        return HostBatch(rows, self.group_size)
 
     def to_batch(self) -> Batch:
         """The device `Batch`: group ids 0..n-1 in row order, every non-sample field (and

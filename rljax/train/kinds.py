@@ -49,6 +49,8 @@ class PolicyKind:
       make_steps: (config, tokenizer, graphdef, optimizer, algorithm, mesh, state shardings,
         critic graphdef) -> `Steps`.
       build_collector: as `rljax.train.collection.build_collector`.
+      trims_padding: whether the driver may cut a batch's unused padding columns before
+        learning (`rljax.train.padding`); not for masked-diffusion canvases.
     """
 
     build_policy: Callable[..., Any]
@@ -58,6 +60,7 @@ class PolicyKind:
     evaluate: Callable[..., dict[str, float]]
     make_steps: Callable[..., Steps]
     build_collector: Callable[..., Any]
+    trims_padding: bool = True
 
 
 def _causal_steps(
@@ -100,6 +103,7 @@ def diffusion_kind() -> PolicyKind:
         evaluate=engine.diffusion_greedy_eval,
         make_steps=engine.build_diffusion_steps,
         build_collector=engine.build_diffusion_collector,
+        trims_padding=False,
     )
 
 

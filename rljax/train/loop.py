@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from rljax.config import validate_config
 from rljax.core.state import TrainState
+from rljax.metrics.flops import MatmulProbe, model_flops
 from rljax.metrics.writers import MetricsWriter, SamplesWriter, to_scalars
 from rljax.models.lora import merged_params
 from rljax.models.tokenizer import Tokenizer
@@ -42,6 +43,7 @@ from rljax.train.faults import maybe_kill, maybe_poison
 from rljax.train.guard import SkipGuard, check_warm_start, tensor_names
 from rljax.train.host_batch import HostBatch
 from rljax.train.kinds import policy_kind
+from rljax.train.padding import trim_padding, used_widths
 from rljax.train.prompts import Prompts, train_prompts
 from rljax.train.run_dir import RunDir
 from rljax.train.scoring import decode_completions
@@ -150,16 +152,24 @@ def _train(
     if start and collector.state():  # a collector with host state: buffers, queues
         collector.load(checkpointer.restore_driver(start))
     rows = PartitionSpec(DEFAULT_RULES["batch"])  # batch rows over the mesh's batch axes
+    pad_multiple = t.pad_multiple if kind.trims_padding else 0
+    peak = matmul_peak(config, model_config, mesh.devices.size)
 
     def learn(state: TrainState, host: HostBatch, phases: dict[str, float]):
         """One update on a host batch -> (state, metrics); its seconds added to `phases`."""
         host = maybe_poison(done, host)  # crash-safety tests: a non-finite update at `done`
+        if pad_multiple:  # every process keeps the widest process's columns
+            host = trim_padding(host, pad_multiple, allgather(used_widths(host)[None]).max(0))
         batch = to_global(host.to_batch(), mesh, rows)  # this process's rows -> global batch
         transform_state = state.transform_state
         (state, batch, prepare_metrics), seconds = timed(steps.prepare, state, batch)
         add_time(phases, "time/old_logprobs_s", seconds)
         (state, update_metrics), seconds = timed(steps.update, state, batch)
         add_time(phases, "time/update_s", seconds)
+        n, width = batch.prompt_tokens.shape
+        flops = model_flops(model_config, n, width, batch.completion_tokens.shape[1])
+        update_metrics["perf/mfu"] = t.epochs * flops["model"] / seconds / peak
+        update_metrics["perf/row_positions"] = width + batch.completion_tokens.shape[1]
         maybe_kill(done, "update", checkpointer.wait)
         metrics = {**prepare_metrics, **update_metrics}
         names = functools.partial(tensor_names, batch, state)
@@ -231,6 +241,18 @@ def _train(
                 raise Stopped(signum, done)
     checkpointer.wait()
     return records
+
+
+def matmul_peak(config: ConfigDict, model_config: Any, devices: int) -> float:
+    """FLOP/s of `devices` devices on a matmul of the update's shape ([micro-batch rows x
+    positions, d_model] x [d_model, 4 d_model] in the compute dtype), measured once per run:
+    the denominator of `perf/mfu`."""
+    t = config.train
+    rows = config.train.prompts_per_step * config.rollout.n_samples
+    rows //= t.minibatches * t.microbatches * devices
+    positions = config.task.max_prompt_len + config.rollout.max_new_tokens
+    probe = MatmulProbe(max(rows, 1) * positions, model_config.d_model, model_config.dtype)
+    return devices * probe.flops_per_s()
 
 
 def stop_signal(stop: StopSignals) -> int | None:

@@ -73,6 +73,32 @@ def test_algorithm_from_config_and_a_setting_it_does_not_take():
         build_algorithm(config)
 
 
+def test_settings_that_mean_the_generation_budget_get_it_not_the_batch_width():
+    """DAPO's overlong punishment (L_max, L_cache = 4) on a batch trimmed to 4 completion
+    columns (`train.pad_multiple`): a 4-token completion is within budget 8, so no penalty;
+    had L_max defaulted to the width it would get the full -1."""
+    config = tiny_config()
+    config.rollout.update(n_samples=2, max_new_tokens=8)
+    config.algorithm = {"name": "dapo", "cache_len": 4}
+    algorithm = build_algorithm(config)
+    batch = make_batch(
+        prompt_tokens=np.ones((2, 1)),
+        prompt_mask=np.ones((2, 1)),
+        completion_tokens=np.ones((2, 4)),
+        completion_mask=np.ones((2, 4)),
+        group_id=np.array([0, 0]),
+        rewards=np.array([1.0, 0.0]),
+    )
+    ctx = Context(step=0, rng=jax.random.PRNGKey(0), extras={})
+    out, _, _ = algorithm.transform.apply(batch, algorithm.transform.init(), ctx)
+    np.testing.assert_allclose(out.rewards, [1.0, 0.0])
+    # Dr. GRPO's normaliser needs no algorithm.max_len either; PPO's token-mean takes none.
+    config.algorithm = {"name": "dr_grpo"}
+    assert build_algorithm(config).aggregation == "seq-mean-token-sum-norm"
+    config.algorithm = {"name": "ppo"}
+    assert build_algorithm(config).aggregation == "token-mean"
+
+
 @pytest.mark.parametrize(
     "key,value,match",
     [
