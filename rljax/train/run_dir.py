@@ -76,6 +76,7 @@ FREE_KEYS = frozenset(
         "train.microbatches",  # gradient accumulation: memory, not maths
         "train.vocab_chunk",
         "train.pack_ratio",
+        "train.pad_multiple",  # padding columns cut before learning: the same maths
         "train.allow_config_change",
         "train.allow_unverified_checkpoint",
     }

@@ -26,6 +26,13 @@ COMPILE_EVENTS = (
 )
 
 
+def measures_the_machine(key: str) -> bool:
+    """Whether a metric is a measurement of wall time (`time/*`, `perf/mfu` and a replay's
+    `replay/perf/mfu`), which differs between two otherwise identical runs (resume and
+    reproducibility checks leave it out)."""
+    return key.startswith("time/") or key.split("/")[-2:] == ["perf", "mfu"]
+
+
 def timed(fn: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, float]:
     """(fn's result once its arrays are ready, the seconds it took)."""
     start = time.perf_counter()

@@ -127,6 +127,7 @@ ADDED_SINCE = {
     "rollout.stop_strings": (),
     "rollout.extra_eos_ids": (),
     "train.old_logprobs": "auto",
+    "train.pad_multiple": 16,
     "train.compilation_cache": "~/.cache/rljax/jax",
     "train.allow_config_change": False,
     "train.allow_unverified_checkpoint": False,

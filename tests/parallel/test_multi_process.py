@@ -17,6 +17,8 @@ import sys
 import numpy as np
 import pytest
 
+from rljax.train.timing import measures_the_machine
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # 1-digit sums after a short SFT: rewards are mixed, so the GRPO updates are not zero.
 FLAGS = [
@@ -58,7 +60,7 @@ def finish(proc):
 
 def records(run_dir):
     rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
-    return {r["step"]: {k: v for k, v in r.items() if not k.startswith("time/")} for r in rows}
+    return {r["step"]: {k: v for k, v in r.items() if not measures_the_machine(k)} for r in rows}
 
 
 def free_port():

@@ -14,6 +14,8 @@ import sys
 import pytest
 from launching import ROOT, TINY_MODEL, launcher_env
 
+from rljax.train.timing import measures_the_machine
+
 TINY = [
     *TINY_MODEL,
     "--config.sft.steps=30",
@@ -52,7 +54,7 @@ def launch(run_dir, *extra, config="configs/grpo_addition.py", kill_at=""):
 def records(run_dir):
     """step -> metrics without timings; each step must be logged exactly once."""
     lines = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
-    out = {r["step"]: {k: v for k, v in r.items() if not k.startswith("time/")} for r in lines}
+    out = {r["step"]: {k: v for k, v in r.items() if not measures_the_machine(k)} for r in lines}
     assert len(out) == len(lines), "a step was logged twice"
     return out
 

@@ -10,7 +10,7 @@ import pytest
 
 from configs.grpo_addition import get_config
 from rljax.train.loop import train
-from rljax.train.timing import STEP_PHASES, CompileClock, add_time, timed
+from rljax.train.timing import STEP_PHASES, CompileClock, add_time, measures_the_machine, timed
 
 
 def test_timed_waits_for_the_result_and_add_time_sums():
@@ -49,3 +49,9 @@ def test_the_phases_add_up_to_the_step(tmp_path):
     assert records[1]["time/rollout_s"] > 0 and records[1]["time/update_s"] > 0
     assert "time/eval_s" not in records[1] and records[2]["time/eval_s"] > 0
     assert "time/checkpoint_s" not in records[1] and records[2]["time/checkpoint_s"] >= 0
+
+
+def test_wall_time_measurements_are_named_apart():
+    assert measures_the_machine("time/step_s") and measures_the_machine("perf/mfu")
+    assert measures_the_machine("replay/perf/mfu")
+    assert not measures_the_machine("perf/row_positions") and not measures_the_machine("loss")
