@@ -146,7 +146,9 @@ def train(args: argparse.Namespace) -> None:
     s = work["settings"]
     config, theta = model_config(args.model_dir)
     patch_rope_theta(theta)
-    mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), devices=jax.devices()[:1])
+    # A Mesh (Auto axes, as Tunix's examples build it): jax.make_mesh's default Explicit
+    # axes make Tunix's embedding gather ambiguous.
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("fsdp", "tp"))
     model = llama3_params.create_model_from_safe_tensors(
         args.model_dir, config, mesh=mesh, dtype=jax.numpy.float32
     )
