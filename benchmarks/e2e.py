@@ -50,8 +50,9 @@ steps 2..N), the first step, and each phase's median over steps 2..N (then over 
 Install the peers' virtual environments (each its own, so this venv's jax is never touched):
 
   python3 -m venv /work/venvs/trl
-  /work/venvs/trl/bin/pip install torch==2.13.0 trl==1.16.0 "transformers>=5.25,<5.26" gguf \\
-      --extra-index-url https://download.pytorch.org/whl/cpu   # only if pip picks CUDA torch
+  /work/venvs/trl/bin/pip install torch==2.13.0 trl==1.16.0 "transformers>=5.25,<5.26" gguf
+  # only if pip picked a CUDA torch above, first:
+  #   /work/venvs/trl/bin/pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
   python3 -m venv /work/venvs/tunix
   /work/venvs/tunix/bin/pip install google-tunix==0.1.7   # resolves jax 0.10.2, flax 0.12.8,
                                                          # transformers 5.12.1
@@ -257,7 +258,9 @@ def ensure_export(args: argparse.Namespace, gguf: str) -> None:
     python = args.trl_python if usable(args.trl_python) else sys.executable
     os.makedirs(os.path.dirname(os.path.abspath(args.model_dir)), exist_ok=True)
     cmd = [python, "-m", "benchmarks.e2e_trl", "--export", args.model_dir, "--gguf", gguf]
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(failure(f"the HF export ({' '.join(cmd)})", proc))
 
 
 def usable(python: str) -> bool:

@@ -24,6 +24,12 @@ Phases (wrappers with time.perf_counter around TRL 1.16's own methods):
                 callbacks)
   step          between consecutive `on_step_end` callbacks (the first from on_train_begin)
   other         step minus the phases above (tokenizing, padding, advantages, logging, ...)
+
+The export: transformers dequantizes the Q4_1 tensors to float32 when it loads the GGUF but
+keeps the model marked as GGUF-quantized, which `save_pretrained` refuses; the marker is
+dropped before saving (the tensors are plain float32). Its logits match rljax's `load_gguf`
+forward to 1.6e-6 relative. TRL pads prompts to the longest of the 32 and completions to the
+longest completion (EOS included in the loss, as in rljax).
 """
 
 from __future__ import annotations
