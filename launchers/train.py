@@ -11,6 +11,11 @@ JAX_PROCESS_ID environment variables); on TPU pods and SLURM `--num_processes=-1
 
 from __future__ import annotations
 
+from launchers.huge_pages import restart_with_huge_pages
+
+if __name__ == "__main__":
+    restart_with_huge_pages()  # before jax: glibc reads its tunables at process start
+
 import os
 import sys
 
