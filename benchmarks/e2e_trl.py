@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import shutil
@@ -45,21 +44,7 @@ import time
 
 import numpy as np
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def emit(kind: str, **record) -> None:
-    """One `E2E {json}` line on stdout, the form the parent parses."""
-    print("E2E " + json.dumps({"kind": kind, **record}), flush=True)
-
-
-def rljax_reward():
-    """rljax's `numeric_match_reward`, from rljax/rewards/math.py alone (stdlib only)."""
-    path = os.path.join(_ROOT, "rljax", "rewards", "math.py")
-    spec = importlib.util.spec_from_file_location("_rljax_rewards_math", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.numeric_match_reward
+from benchmarks.e2e_worker import emit, reward_function
 
 
 def export(gguf: str, out: str) -> None:
@@ -210,14 +195,8 @@ def train(args: argparse.Namespace) -> None:
     if not result["tokens_match"] or result["logits_rel_err"] > s["logit_tol"]:
         raise SystemExit(f"TRL side does not run rljax's model/prompts: {result}")
 
-    match = rljax_reward()
     rewards: list[float] = []
-
-    def reward(prompts, completions, answer, **kwargs):
-        del prompts, kwargs
-        out = [match(c, a) for c, a in zip(completions, answer)]
-        rewards.extend(out)
-        return out
+    reward = reward_function(rewards)
 
     n = args.steps * s["prompts_per_step"]
     rows = [{"prompt": p["text"], "answer": p["answer"]} for p in work["prompts"][:n]]

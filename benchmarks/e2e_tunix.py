@@ -54,22 +54,9 @@ import time
 
 import numpy as np
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmarks.e2e_worker import emit, reward_function
+
 PHASES = ("generation_s", "reward_s", "old_logprobs_s", "update_s")
-
-
-def emit(kind: str, **record) -> None:
-    """One `E2E {json}` line on stdout, the form the parent parses."""
-    print("E2E " + json.dumps({"kind": kind, **record}), flush=True)
-
-
-def rljax_reward():
-    """rljax's `numeric_match_reward`, from rljax/rewards/math.py alone (stdlib only)."""
-    path = os.path.join(_ROOT, "rljax", "rewards", "math.py")
-    spec = importlib.util.spec_from_file_location("_rljax_rewards_math", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.numeric_match_reward
 
 
 def patch_rope_theta(theta: float) -> None:
@@ -213,14 +200,8 @@ def train(args: argparse.Namespace) -> None:
     if not tokens_match or err > s["logit_tol"]:
         raise SystemExit(f"Tunix side does not run rljax's model/prompts: {err=}, {tokens_match=}")
 
-    match = rljax_reward()
     rewards: list[float] = []
-
-    def reward(prompts, completions, answer, **kwargs):
-        del prompts, kwargs
-        out = [match(c, a) for c, a in zip(completions, answer)]
-        rewards.extend(out)
-        return out
+    reward = reward_function(rewards)
 
     algo = grpo_learner.GRPOConfig(
         num_generations=g,
