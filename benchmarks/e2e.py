@@ -88,7 +88,8 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmarks.e2e_worker import ROOT, left_padded
+
 CONFIG = "configs/grpo_smollm2_arith.py"
 BASE_FLAGS = ("--config.model.dtype=float32",)
 SIDES = ("rljax", "trl", "tunix")
@@ -238,12 +239,7 @@ def reference_logits(gguf: str, check_ids: list[list[int]]) -> np.ndarray:
     from rljax.models import forward, load_gguf, positions_from_mask
 
     _, graphdef, params = load_gguf(gguf, dtype="float32")
-    length = max(len(ids) for ids in check_ids)
-    tokens = np.zeros((len(check_ids), length), np.int32)
-    mask = np.zeros(tokens.shape, bool)
-    for row, ids in enumerate(check_ids):
-        tokens[row, length - len(ids) :] = ids
-        mask[row, length - len(ids) :] = True
+    tokens, mask = left_padded(check_ids)
     with jax.default_matmul_precision("highest"):
         logits, _ = jax.jit(forward, static_argnums=0)(
             graphdef, params, jnp.asarray(tokens), positions_from_mask(mask), jnp.asarray(mask)

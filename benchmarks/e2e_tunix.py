@@ -54,7 +54,7 @@ import time
 
 import numpy as np
 
-from benchmarks.e2e_worker import emit, reward_function
+from benchmarks.e2e_worker import emit, left_padded, reward_function
 
 PHASES = ("generation_s", "reward_s", "old_logprobs_s", "update_s")
 
@@ -97,12 +97,8 @@ def last_logits(model, check_ids: list[list[int]]) -> np.ndarray:
     import jax
     import jax.numpy as jnp
 
-    length = max(len(ids) for ids in check_ids)
-    tokens = np.zeros((len(check_ids), length), np.int32)
-    valid = np.zeros(tokens.shape, bool)
-    for row, ids in enumerate(check_ids):
-        tokens[row, length - len(ids) :] = ids
-        valid[row, length - len(ids) :] = True
+    tokens, valid = left_padded(check_ids)
+    length = tokens.shape[1]
     positions = np.maximum(np.cumsum(valid, axis=1) - 1, 0)
     causal = np.tril(np.ones((length, length), bool))
     mask = causal[None] & valid[:, None, :]

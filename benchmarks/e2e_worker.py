@@ -1,11 +1,13 @@
-"""What the peer workers of benchmarks/e2e.py share, standard library only (they run in the
-peers' venvs, which have neither jax nor rljax's dependencies)."""
+"""What benchmarks/e2e.py and its peer workers share: the standard library and numpy only (the
+workers run in the peers' venvs, which have neither jax nor rljax's dependencies)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -37,3 +39,15 @@ def rljax_reward():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.numeric_match_reward
+
+
+def left_padded(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Token lists as a left-padded batch: tokens [K, L] int32 (0 as padding) and mask [K, L]
+    bool, L the longest list."""
+    length = max(len(row) for row in ids)
+    tokens = np.zeros((len(ids), length), np.int32)
+    mask = np.zeros(tokens.shape, bool)
+    for i, row in enumerate(ids):
+        tokens[i, length - len(row) :] = row
+        mask[i, length - len(row) :] = True
+    return tokens, mask

@@ -166,10 +166,11 @@ def _train(
         add_time(phases, "time/old_logprobs_s", seconds)
         (state, update_metrics), seconds = timed(steps.update, state, batch)
         add_time(phases, "time/update_s", seconds)
-        n, width = batch.prompt_tokens.shape
-        flops = model_flops(model_config, n, width, batch.completion_tokens.shape[1])
+        n, prompt_width = batch.prompt_tokens.shape
+        completion_width = batch.completion_tokens.shape[1]
+        flops = model_flops(model_config, n, prompt_width, completion_width)
         update_metrics["perf/mfu"] = t.epochs * flops["model"] / seconds / peak
-        update_metrics["perf/row_positions"] = width + batch.completion_tokens.shape[1]
+        update_metrics["perf/row_positions"] = prompt_width + completion_width
         maybe_kill(done, "update", checkpointer.wait)
         metrics = {**prepare_metrics, **update_metrics}
         names = functools.partial(tensor_names, batch, state)
@@ -248,7 +249,7 @@ def matmul_peak(config: ConfigDict, model_config: Any, devices: int) -> float:
     positions, d_model] x [d_model, 4 d_model] in the compute dtype), measured once per run:
     the denominator of `perf/mfu`."""
     t = config.train
-    rows = config.train.prompts_per_step * config.rollout.n_samples
+    rows = t.prompts_per_step * config.rollout.n_samples
     rows //= t.minibatches * t.microbatches * devices
     positions = config.task.max_prompt_len + config.rollout.max_new_tokens
     probe = MatmulProbe(max(rows, 1) * positions, model_config.d_model, model_config.dtype)

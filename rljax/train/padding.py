@@ -46,12 +46,10 @@ def trim_padding(batch: HostBatch, multiple: int, widths: np.ndarray | None = No
     Returns:
       The trimmed `HostBatch` (`HostBatch.trimmed`).
     """
-    full_prompt = batch.rows["prompt_tokens"].shape[1]
-    full_completion = batch.rows["completion_tokens"].shape[1]
     if multiple == 0:
         return batch
     prompt, completion = used_widths(batch) if widths is None else widths
     return batch.trimmed(
-        bucket(int(prompt), multiple, full_prompt),
-        bucket(int(completion), multiple, full_completion),
+        bucket(int(prompt), multiple, batch.rows["prompt_tokens"].shape[1]),
+        bucket(int(completion), multiple, batch.rows["completion_tokens"].shape[1]),
     )

@@ -8,6 +8,7 @@ import pytest
 from ml_collections import ConfigDict
 
 from benchmarks import e2e
+from benchmarks.e2e_worker import left_padded
 
 
 def step(n: int, total: float, **phases) -> dict:
@@ -122,3 +123,9 @@ def test_too_few_steps_or_rounds_are_refused(argv):
 def test_quick_is_two_steps_one_round():
     args = e2e.parse_args(["--quick"])
     assert (args.steps, args.rounds) == (2, 1)
+
+
+def test_left_padded_puts_each_list_at_the_right_edge():
+    tokens, mask = left_padded([[5, 6, 7], [9]])
+    assert tokens.tolist() == [[5, 6, 7], [0, 0, 9]]
+    assert mask.tolist() == [[True, True, True], [False, False, True]]
