@@ -45,6 +45,7 @@ from rljax.quant.rollout import RolloutWeights, rollout_error_metrics, rollout_w
 from rljax.rollout.engine import EngineConfig, StopRule, engine_generate
 from rljax.rollout.sampler import Rollout, generate
 from rljax.rollout.sampling import SamplingParams
+from rljax.train.compile_options import update_compiler_options
 from rljax.train.critic import critic_values
 from rljax.train.guard import (
     all_finite,
@@ -518,6 +519,8 @@ def make_steps(
         raise ValueError(
             "more EOS ids and stop strings need the rollout engine (rollout.engine='continuous')"
         )
+    platform = jax.default_backend() if mesh is None else mesh.devices.flat[0].platform
+    update_options = update_compiler_options(platform)
     if mesh is None:
         rollout_step = default_attempt(jax.jit(rollout))
         if rollout_config.engine is not None:
@@ -525,7 +528,7 @@ def make_steps(
         return Steps(
             rollout_step,
             jax.jit(prepare),
-            jax.jit(update, donate_argnums=0),
+            jax.jit(update, donate_argnums=0, compiler_options=update_options),
             jax.jit(logprobs),
         )
     if state_shardings is None:
@@ -550,6 +553,7 @@ def make_steps(
             in_shardings=(state_shardings, rows),
             out_shardings=(state_shardings, none),
             donate_argnums=0,
+            compiler_options=update_options,
         ),
         jax.jit(
             logprobs, in_shardings=(state_shardings, rows, rows, rows, rows), out_shardings=rows
