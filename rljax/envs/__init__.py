@@ -1,7 +1,19 @@
 """Environments for multi-turn agentic RL: the environment interface, the tool registry with
 its built-in tools, and the parsers that read tool calls out of a model's turn and format tool
-results back in the same chat convention."""
+results back in the same chat convention; `run_episode`, which plays one contained episode of an
+`Environment` with any policy callable, and `GuessNumber`, the reference multi-turn game."""
 
+from rljax.envs.base import (
+    EPISODE_FAILURE_KINDS,
+    Environment,
+    EpisodeResult,
+    Policy,
+    SingleTurn,
+    Step,
+    run_episode,
+    tally,
+)
+from rljax.envs.guess_number import GuessNumber, guess_number_tasks
 from rljax.envs.tool_calls import (
     FORMATS,
     ParseResult,
@@ -34,4 +46,14 @@ __all__ = [
     "calculator_tool",
     "default_registry",
     "python_tool",
+    "EPISODE_FAILURE_KINDS",
+    "Environment",
+    "EpisodeResult",
+    "Policy",
+    "SingleTurn",
+    "Step",
+    "run_episode",
+    "tally",
+    "GuessNumber",
+    "guess_number_tasks",
 ]

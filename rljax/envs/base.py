@@ -1,0 +1,217 @@
+"""The environment interface of multi-turn agentic RL, and a contained episode loop.
+
+An `Environment` is pure host-side Python, one instance per episode: `reset(task)` gives the
+first observation and each `step(action)` gives a `Step`. `run_episode` drives one episode with
+any `policy(observations) -> action` callable (the rollout engine in training, a scripted policy
+in tests), so every environment is testable without a model. Single-turn tasks enter the same
+path as one-step environments (`SingleTurn`).
+
+Why containment: an environment is user code, and one that raises, returns garbage or hangs
+must not stop a long run. `run_episode` ends such an episode with total reward 0 and a failure
+kind (`EPISODE_FAILURE_KINDS`), counted by `tally`; it never propagates. The time limit is
+enforced on each environment call (construction with `reset`, then each `step`) by running it
+in a daemon thread and abandoning it at the deadline. A thread cannot be killed: an abandoned
+call runs on until it returns (as with `rljax.rewards.pool`'s kind="thread"), so this limit
+bounds the episode's latency, not the work done; a process-based variant with a hard kill is
+future work. Exceptions from the policy are not contained: they are the trainer's own.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from rljax.rewards.base import RewardFn
+
+EPISODE_FAILURE_KINDS = ("raised", "timeout", "garbage", "turn_limit")
+"""Values of `EpisodeResult.failure`; "turn_limit" is counted but is not an error."""
+
+_ERROR_CHARS = 200
+
+
+class Step(NamedTuple):
+    """What an environment returns for one action."""
+
+    observation: str
+    reward: float
+    done: bool
+    info: dict
+
+
+class Environment(Protocol):
+    """One episode of an environment; host-side Python, built fresh for each episode."""
+
+    def reset(self, task: Mapping[str, Any]) -> str:
+        """Starts the episode on `task`; returns the first observation ("" when the prompt is
+        the whole task)."""
+        ...
+
+    def step(self, action: str) -> Step:
+        """Applies the policy's `action` (its decoded turn) and returns the outcome."""
+        ...
+
+
+Policy = Callable[[list[str]], str]
+"""policy(observations so far, the first from `reset`) -> the next action."""
+
+
+class EpisodeResult(NamedTuple):
+    """One episode: its turns, total reward and how it failed (None when it ended done)."""
+
+    turns: list[tuple[str, Step]]
+    total_reward: float
+    failure: str | None
+    error: str | None
+
+
+class _Failure(Exception):
+    """An environment call failed; `kind` is one of `EPISODE_FAILURE_KINDS`."""
+
+    def __init__(self, kind: str, error: str):
+        super().__init__(error)
+        self.kind, self.error = kind, error
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:_ERROR_CHARS]
+
+
+def _call_with_limit(fn: Callable[[], Any], time_limit_s: float, what: str) -> Any:
+    """fn() run in a daemon thread, abandoned at the deadline; failures raise `_Failure`."""
+    box: dict[str, Any] = {}
+    finished = threading.Event()
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as err:  # pylint: disable=broad-except  # contained, incl. sys.exit
+            box["error"] = err
+        finally:
+            finished.set()
+
+    threading.Thread(target=target, daemon=True, name=f"rljax-env-{what}").start()
+    if not finished.wait(time_limit_s):
+        raise _Failure("timeout", f"{what} ran past time_limit_s={time_limit_s}")
+    if "error" in box:
+        raise _Failure("raised", _one_line(f"{what} raised {box['error']!r}"))
+    return box["value"]
+
+
+def _as_float(number: numbers.Real) -> float:
+    """float(number), or NaN when it has none (an int beyond any float)."""
+    try:
+        return float(number)
+    except (OverflowError, TypeError, ValueError):
+        return math.nan
+
+
+def _check_step(value: Any) -> Step:
+    """`value` as a Step, or `_Failure("garbage")` if it is not a well-formed Step-like tuple."""
+    if not isinstance(value, tuple) or len(value) != 4:
+        raise _Failure("garbage", _one_line(f"step returned {type(value).__name__} {value!r:.80}"))
+    observation, reward, done, info = value
+    problem = None
+    if not isinstance(observation, str):
+        problem = f"observation is {type(observation).__name__}, not str"
+    elif not isinstance(reward, numbers.Real) or isinstance(reward, bool):
+        problem = f"reward is {type(reward).__name__}, not a number"
+    elif not math.isfinite(_as_float(reward)):
+        problem = f"reward is {reward!r:.80}"
+    elif not isinstance(done, (bool, np.bool_)):
+        problem = f"done is {type(done).__name__}, not bool"
+    elif not isinstance(info, Mapping):
+        problem = f"info is {type(info).__name__}, not a mapping"
+    if problem:
+        raise _Failure("garbage", _one_line(f"step returned a malformed Step: {problem}"))
+    return Step(observation, float(reward), bool(done), dict(info))
+
+
+def run_episode(
+    make_env: Callable[[], Environment],
+    task: Mapping[str, Any],
+    policy: Policy,
+    *,
+    max_turns: int,
+    time_limit_s: float,
+) -> EpisodeResult:
+    """Plays one episode of `make_env()` on `task`, containing every environment failure.
+
+    Args:
+      make_env: builds a fresh environment (called once, in the same limited call as `reset`).
+      task: the episode's task, passed to `reset`.
+      policy: maps the observations so far to the next action.
+      max_turns: steps before the episode is cut off with failure "turn_limit".
+      time_limit_s: limit on each environment call (make_env + reset, then each step).
+
+    Returns:
+      An `EpisodeResult`: on "raised", "timeout" or "garbage" the turns played so far, total
+      reward 0 and a one-line error; on "turn_limit" the sum of the rewards so far.
+    """
+    if max_turns < 1 or not time_limit_s > 0:
+        raise ValueError(
+            f"max_turns={max_turns} and time_limit_s={time_limit_s}: both must be positive"
+        )
+    turns: list[tuple[str, Step]] = []
+
+    def start() -> tuple[Environment, Any]:
+        env = make_env()
+        return env, env.reset(task)
+
+    try:
+        env, first = _call_with_limit(start, time_limit_s, "reset")
+        if not isinstance(first, str):
+            raise _Failure("garbage", f"reset returned {type(first).__name__}, not str")
+        observations = [first]
+        for _ in range(max_turns):
+            action = policy(list(observations))
+            step = _check_step(_call_with_limit(lambda a=action: env.step(a), time_limit_s, "step"))
+            turns.append((action, step))
+            observations.append(step.observation)
+            if step.done:
+                return EpisodeResult(turns, sum(s.reward for _, s in turns), None, None)
+    except _Failure as failure:
+        return EpisodeResult(turns, 0.0, failure.kind, failure.error)
+    return EpisodeResult(turns, sum(s.reward for _, s in turns), "turn_limit", None)
+
+
+def tally(results: Sequence[EpisodeResult]) -> dict[str, float]:
+    """Metrics of a batch of episodes: `env/episodes`, `env/failed/<kind>` for every kind of
+    `EPISODE_FAILURE_KINDS` (0 included, so curves start at 0), `env/mean_turns`, `env/mean_reward`
+    (the means are 0 for no episodes)."""
+    n = len(results)
+    metrics = {"env/episodes": float(n)}
+    for kind in EPISODE_FAILURE_KINDS:
+        metrics[f"env/failed/{kind}"] = float(sum(r.failure == kind for r in results))
+    metrics["env/mean_turns"] = sum(len(r.turns) for r in results) / n if n else 0.0
+    metrics["env/mean_reward"] = sum(r.total_reward for r in results) / n if n else 0.0
+    return metrics
+
+
+class SingleTurn:
+    """A single-turn task as a one-step environment, so both kinds of task take one path.
+
+    The task is {"prompt": ..., "answer": ...}; `reset` returns "" (the prompt is the whole
+    task) and `step` scores its one action with `reward_fn(prompt, action, answer)` (a
+    `rljax.rewards.RewardFn`) and ends the episode.
+    """
+
+    def __init__(self, reward_fn: RewardFn):
+        self.reward_fn = reward_fn
+        self._task: Mapping[str, Any] | None = None
+
+    def reset(self, task: Mapping[str, Any]) -> str:
+        """Keeps the task's prompt and answer; the first observation is ""."""
+        self._task = task
+        return ""
+
+    def step(self, action: str) -> Step:
+        """The reward of `action` as the completion; done after one step."""
+        if self._task is None:
+            raise RuntimeError("SingleTurn.step before reset: call reset(task) first")
+        reward = self.reward_fn(self._task["prompt"], action, self._task["answer"])
+        return Step("", reward, True, {})
