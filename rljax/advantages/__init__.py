@@ -39,6 +39,16 @@ from rljax.advantages.reinforce_pp import batch_whitened_advantages, reinforce_p
 from rljax.advantages.remax import greedy_baseline_advantages, remax_advantages
 from rljax.advantages.rloo import leave_one_out_advantages, rloo_advantages
 from rljax.advantages.sequence import sequence_advantages
+from rljax.advantages.turns import (
+    broadcast_turns,
+    turn_gae,
+    turn_gae_transform,
+    turn_group_advantage_transform,
+    turn_group_advantages,
+    turn_ids,
+    turn_returns,
+    turn_start_values,
+)
 
 __all__ = [
     "efficiency_rewards",
@@ -84,4 +94,12 @@ __all__ = [
     "remax_advantages",
     "rloo_advantages",
     "sequence_logprob",
+    "broadcast_turns",
+    "turn_gae",
+    "turn_gae_transform",
+    "turn_group_advantage_transform",
+    "turn_group_advantages",
+    "turn_ids",
+    "turn_returns",
+    "turn_start_values",
 ]

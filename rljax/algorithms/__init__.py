@@ -2,7 +2,8 @@
 
 `Algorithm` bundles what the train steps need; `established` holds the presets every RL
 framework has (GRPO, PPO, RLOO, DAPO, ...), `seed_methods` those of recent papers,
-`entropy_control` those that steer the policy's entropy. Settings that many presets share are
+`entropy_control` those that steer the policy's entropy, `multi_turn` turn-level credit for
+episodic tasks. Settings that many presets share are
 typed: `PPOSettings` (PPO clip, KL loss, entropy bonus, aggregation) and `Regularizers` (KL
 loss, entropy bonus, aggregation); each field is an `algorithm.*` config key.
 """
@@ -23,6 +24,7 @@ from rljax.algorithms.established import (
     remax,
     rloo,
 )
+from rljax.algorithms.multi_turn import turn_grpo, turn_ppo
 from rljax.algorithms.seed_methods import (
     dgpo,
     dr_mas,
@@ -71,4 +73,6 @@ __all__ = [
     "clip_cov",
     "kl_cov",
     "uec_rl",
+    "turn_grpo",
+    "turn_ppo",
 ]

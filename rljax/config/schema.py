@@ -412,6 +412,21 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
             choices=("merged", "unmerged"),
         ),
     },
+    # Episodic tasks only (multi-turn environments, rljax.train.episodes).
+    "env": {
+        "chat_format": Key(
+            "plain",
+            "layout of episode prompts and observations (rljax.envs.chat.CHAT_FORMATS)",
+            choices=("plain", "chatml", "gemma"),
+        ),
+        "time_limit_s": Key(5.0, "limit on each environment call (reset, step)", gt=0),
+        "workers": Key(8, "threads stepping environments while the engine decodes", min=1),
+        "overlap": Key(
+            False,
+            "decode while environments step (faster with slow ones; rollouts then depend on "
+            "thread timing at float rounding, so reruns and resumes are not bit-exact)",
+        ),
+    },
     "critic": {
         "separate": Key(
             False,

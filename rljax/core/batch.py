@@ -143,6 +143,31 @@ def make_batch(
     )
 
 
+def context_mask(batch: Batch) -> jax.Array:
+    """[B, T] bool: the completion tokens a forward pass attends to and gives positions.
+
+    Multi-turn episodes put environment (observation) tokens between the policy's turns
+    inside the completion. They are context, not actions: `completion_mask` leaves them out,
+    so every loss, aggregation and statistic over it ignores them, and
+    `extras["env_mask"]` ([B, T], True or > 0 on them) marks them. A forward pass must still
+    see them, at their real positions, or the policy tokens after them would be scored
+    without the observations they answer. This is `completion_mask | env_mask`, or
+    `completion_mask` when the batch has no "env_mask".
+
+    Args:
+      batch: the batch; `extras["env_mask"]`, when present, is [B, T] bool or float.
+
+    Returns:
+      [B, T] bool mask of policy and environment tokens.
+    """
+    mask = batch.completion_mask.astype(bool)
+    env = batch.extras.get("env_mask")
+    if env is None:
+        return mask
+    chex.assert_equal_shape([mask, env])
+    return mask | (env > 0)
+
+
 def check_groups(group_id: jax.Array, group_size: int) -> None:
     """Checks that `group_id` is B/G contiguous groups of `group_size` samples.
 

@@ -88,6 +88,9 @@ SEQUENCE_ADVANTAGE = extra("sequence_advantage")
 AGENT_ID = extra("agent_id")
 DIMENSION_WEIGHTS = extra("dimension_weights")
 POLICY_VERSION = extra("policy_version")
+ENV_MASK = extra("env_mask")
+TURN_REWARDS = extra("turn_rewards")
+NUM_TURNS = extra("num_turns")
 
 # What a policy-gradient objective reads, and what it applies when present.
 PG_READS = frozenset({OLD_LOGPROBS, ADVANTAGES, LOSS_WEIGHTS, COMPLETION_MASK})
@@ -121,6 +124,16 @@ KEYS: dict[str, KeyInfo] = {
         "[B] f32", "advantages chosen on the host (UEC-RL's driver)", COLLECTOR
     ),
     POLICY_VERSION: KeyInfo("[B] int32", "the policy step that sampled each row", COLLECTOR),
+    # Multi-turn episodes (`rljax.advantages.turns`).
+    ENV_MASK: KeyInfo(
+        "[B, T] bool",
+        "True on environment (observation) tokens of multi-turn episodes",
+        SAMPLER,
+    ),
+    TURN_REWARDS: KeyInfo(
+        "[B, K] f32", "the environment's reward after each policy turn (0 past the last)", COLLECTOR
+    ),
+    NUM_TURNS: KeyInfo("[B] int32", "number of policy turns of each multi-turn episode", COLLECTOR),
     OLD_ENTROPY: KeyInfo("[B, T] f32", "entropy of the pre-update policy", PREPARE),
     # The prepare step's registered statistics (`rljax.train.statistics`).
     OLD_SUM_SQ_PROB: KeyInfo("[B, T] f32", "sum_v pi_old(v | s_t)^2", PREPARE),

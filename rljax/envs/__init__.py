@@ -1,11 +1,14 @@
 """Environments for multi-turn agentic RL: the environment interface, the tool registry with
 its built-in tools, and the parsers that read tool calls out of a model's turn and format tool
-results back in the same chat convention; `run_episode`, which plays one contained episode of an
-`Environment` with any policy callable, and `GuessNumber`, the reference multi-turn game."""
+results back in the same chat convention; `Episode` (one contained episode, a turn at a time)
+and `run_episode`, which plays one with any policy callable; `GuessNumber`, the reference
+multi-turn game. `rljax.envs.chat` lays episodes out in a model's chat convention and
+`rljax.envs.episodes` plays them on the rollout engine."""
 
 from rljax.envs.base import (
     EPISODE_FAILURE_KINDS,
     Environment,
+    Episode,
     EpisodeResult,
     Policy,
     SingleTurn,
@@ -47,6 +50,7 @@ __all__ = [
     "default_registry",
     "python_tool",
     "EPISODE_FAILURE_KINDS",
+    "Episode",
     "Environment",
     "EpisodeResult",
     "Policy",

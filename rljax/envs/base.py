@@ -28,8 +28,10 @@ import numpy as np
 
 from rljax.rewards.base import RewardFn
 
-EPISODE_FAILURE_KINDS = ("raised", "timeout", "garbage", "turn_limit")
-"""Values of `EpisodeResult.failure`; "turn_limit" is counted but is not an error."""
+EPISODE_FAILURE_KINDS = ("raised", "timeout", "garbage", "turn_limit", "token_budget")
+"""Values of `EpisodeResult.failure`; "turn_limit" and "token_budget" (the rollout's token
+budget ran out) are counted but are not errors: the episode keeps its rewards so far."""
+_NOT_ERRORS = ("turn_limit", "token_budget")
 
 _ERROR_CHARS = 200
 
@@ -131,6 +133,93 @@ def _check_step(value: Any) -> Step:
     return Step(observation, float(reward), bool(done), dict(info))
 
 
+class Episode:
+    """One contained episode, played a turn at a time: the one path of `run_episode` (any
+    policy callable) and of engine rollouts (`rljax.envs.episodes`, the model's turns).
+
+    Args:
+      make_env: builds a fresh environment (called once, in the same limited call as `reset`).
+      task: the episode's task, passed to `reset`.
+      max_turns: steps before the episode is cut off with failure "turn_limit".
+      time_limit_s: limit on each environment call (make_env + reset, then each step).
+    """
+
+    def __init__(
+        self,
+        make_env: Callable[[], Environment],
+        task: Mapping[str, Any],
+        *,
+        max_turns: int,
+        time_limit_s: float,
+    ):
+        if max_turns < 1 or not time_limit_s > 0:
+            raise ValueError(
+                f"max_turns={max_turns} and time_limit_s={time_limit_s}: both must be positive"
+            )
+        self.make_env, self.task = make_env, task
+        self.max_turns, self.time_limit_s = max_turns, time_limit_s
+        self.turns: list[tuple[str, Step]] = []
+        self.failure: str | None = None
+        self.error: str | None = None
+        self.over = False
+        self._env: Environment | None = None
+
+    def start(self) -> str | None:
+        """Builds and resets the environment: the first observation, or None if that failed
+        (the episode is then over)."""
+
+        def start() -> tuple[Environment, Any]:
+            env = self.make_env()
+            return env, env.reset(self.task)
+
+        try:
+            self._env, first = _call_with_limit(start, self.time_limit_s, "reset")
+            if not isinstance(first, str):
+                raise _Failure("garbage", f"reset returned {type(first).__name__}, not str")
+        except _Failure as failure:
+            self._end(failure.kind, failure.error)
+            return None
+        return first
+
+    def act(self, action: str) -> str | None:
+        """Steps the environment with `action`: the next observation, or None when the episode
+        is over (done, failed, or out of turns)."""
+        if self.over or self._env is None:
+            raise RuntimeError("Episode.act on an episode that is over or was not started")
+        env = self._env
+        try:
+            step = _check_step(
+                _call_with_limit(lambda: env.step(action), self.time_limit_s, "step")
+            )
+        except _Failure as failure:
+            self._end(failure.kind, failure.error)
+            return None
+        self.turns.append((action, step))
+        if step.done:
+            self._end(None, None)
+        elif len(self.turns) >= self.max_turns:
+            self._end("turn_limit", None)
+        return None if self.over else step.observation
+
+    def stop(self, kind: str) -> None:
+        """Ends the episode from outside with `kind` (e.g. "token_budget"); rewards so far
+        are kept."""
+        if kind not in _NOT_ERRORS:
+            raise ValueError(f"stop kind {kind!r} is not one of {_NOT_ERRORS}")
+        if not self.over:
+            self._end(kind, None)
+
+    def _end(self, failure: str | None, error: str | None) -> None:
+        self.over, self.failure, self.error = True, failure, error
+
+    def result(self) -> EpisodeResult:
+        """The episode so far: on "raised", "timeout" or "garbage" total reward 0 and a
+        one-line error; otherwise the sum of the rewards."""
+        errored = self.failure is not None and self.failure not in _NOT_ERRORS
+        total = 0.0 if errored else sum(step.reward for _, step in self.turns)
+        return EpisodeResult(list(self.turns), total, self.failure, self.error)
+
+
 def run_episode(
     make_env: Callable[[], Environment],
     task: Mapping[str, Any],
@@ -139,44 +228,20 @@ def run_episode(
     max_turns: int,
     time_limit_s: float,
 ) -> EpisodeResult:
-    """Plays one episode of `make_env()` on `task`, containing every environment failure.
-
-    Args:
-      make_env: builds a fresh environment (called once, in the same limited call as `reset`).
-      task: the episode's task, passed to `reset`.
-      policy: maps the observations so far to the next action.
-      max_turns: steps before the episode is cut off with failure "turn_limit".
-      time_limit_s: limit on each environment call (make_env + reset, then each step).
+    """Plays one episode of `make_env()` on `task` with `policy`, containing every environment
+    failure (see `Episode`).
 
     Returns:
       An `EpisodeResult`: on "raised", "timeout" or "garbage" the turns played so far, total
       reward 0 and a one-line error; on "turn_limit" the sum of the rewards so far.
     """
-    if max_turns < 1 or not time_limit_s > 0:
-        raise ValueError(
-            f"max_turns={max_turns} and time_limit_s={time_limit_s}: both must be positive"
-        )
-    turns: list[tuple[str, Step]] = []
-
-    def start() -> tuple[Environment, Any]:
-        env = make_env()
-        return env, env.reset(task)
-
-    try:
-        env, first = _call_with_limit(start, time_limit_s, "reset")
-        if not isinstance(first, str):
-            raise _Failure("garbage", f"reset returned {type(first).__name__}, not str")
-        observations = [first]
-        for _ in range(max_turns):
-            action = policy(list(observations))
-            step = _check_step(_call_with_limit(lambda a=action: env.step(a), time_limit_s, "step"))
-            turns.append((action, step))
-            observations.append(step.observation)
-            if step.done:
-                return EpisodeResult(turns, sum(s.reward for _, s in turns), None, None)
-    except _Failure as failure:
-        return EpisodeResult(turns, 0.0, failure.kind, failure.error)
-    return EpisodeResult(turns, sum(s.reward for _, s in turns), "turn_limit", None)
+    episode = Episode(make_env, task, max_turns=max_turns, time_limit_s=time_limit_s)
+    observation = episode.start()
+    observations = []
+    while observation is not None:
+        observations.append(observation)
+        observation = episode.act(policy(list(observations)))
+    return episode.result()
 
 
 def tally(results: Sequence[EpisodeResult]) -> dict[str, float]:

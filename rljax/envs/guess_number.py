@@ -7,13 +7,14 @@ a scripted policy and no model.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from rljax.envs.base import Step
+from rljax.envs.base import Policy, Step
 
 _INTEGER = re.compile(r"-?\d+")
 
@@ -24,12 +25,16 @@ class GuessNumber:
 
     The guess is the last integer in the action's text; an action without one is answered
     "no number found" and still counts as a turn. Reward 1.0 on the correct guess, which ends
-    the episode, and 0 for every other turn.
+    the episode, and 0 for every other turn. With `show_range`, "higher" and "lower" also
+    state the range the feedback so far leaves ("higher, 9 to 15"), so a policy needs only
+    the last observation to play well.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, show_range: bool = False) -> None:
+        self.show_range = show_range
         self._secret: int | None = None
         self._done = False
+        self._low = self._high = 0
 
     def reset(self, task: Mapping[str, Any]) -> str:
         """Starts a game on `task`; the first observation states the range."""
@@ -37,6 +42,7 @@ class GuessNumber:
         if not low <= secret <= high:
             raise ValueError(f"secret={secret} is outside [low={low}, high={high}]")
         self._secret, self._done = secret, False
+        self._low, self._high = low, high
         return f"Guess an integer from {low} to {high}."
 
     def step(self, action: str) -> Step:
@@ -50,7 +56,12 @@ class GuessNumber:
         if guess == self._secret:
             self._done = True
             return Step("correct", 1.0, True, {"guess": guess})
-        feedback = "higher" if guess < self._secret else "lower"
+        if guess < self._secret:
+            feedback, self._low = "higher", max(self._low, guess + 1)
+        else:
+            feedback, self._high = "lower", min(self._high, guess - 1)
+        if self.show_range:
+            feedback = f"{feedback}, {self._low} to {self._high}"
         return Step(feedback, 0.0, False, {"guess": guess})
 
 
@@ -61,3 +72,99 @@ def guess_number_tasks(n: int, low: int, high: int, seed: int) -> list[dict[str,
         raise ValueError(f"n={n}, low={low}, high={high}: need n >= 0 and low <= high")
     secrets = np.random.default_rng(seed).integers(low, high + 1, size=n)
     return [{"secret": int(s), "low": low, "high": high} for s in secrets]
+
+
+def _last_range(observation: str) -> tuple[int, int]:
+    """The range stated at the end of a GuessNumber observation ("... 9 to 15")."""
+    low, high = (int(n) for n in _INTEGER.findall(observation)[-2:])
+    return low, high
+
+
+def guess_number_expert(kind: str, rng: np.random.Generator) -> Policy:
+    """A scripted GuessNumber policy reading the range of the last observation (the first
+    one or a `show_range` answer): "bisect" guesses its middle (wins within
+    ceil(log2(high - low + 2)) turns), "random" a uniform integer in it (a weaker player:
+    the SFT warm start of the RL recipe, which RL then improves)."""
+    if kind not in ("bisect", "random"):
+        raise ValueError(f"expert kind {kind!r} is not 'bisect' or 'random'")
+
+    def policy(observations: list[str]) -> str:
+        low, high = _last_range(observations[-1])
+        return str((low + high) // 2 if kind == "bisect" else int(rng.integers(low, high + 1)))
+
+    return policy
+
+
+@dataclasses.dataclass(frozen=True)
+class GuessNumberTask:
+    """GuessNumber as an episodic task the driver trains on (`task.name="guess_number"`).
+
+    An example's prompt is the game's first observation and its answer the secret; the
+    episode is played by `make_env()` on `env_task(answer)` for at most `max_turns` turns,
+    with `show_range` feedback. The test split draws its secrets from another seed of the
+    same range (a game this small has no unseen problems; what is held out is the draw).
+
+    Attributes:
+      low, high: the secret's range.
+      max_turns: guesses before the episode is cut off (reward 0).
+      expert: the scripted policy of the SFT warm start ("random" or "bisect").
+      seed: seeds the secrets.
+      test_size: games in the test split (train is unbounded).
+    """
+
+    low: int = 1
+    high: int = 15
+    max_turns: int = 4
+    expert: str = "random"
+    seed: int = 0
+    test_size: int = 256
+    splits = ("train", "test")
+
+    def __post_init__(self):
+        if self.low > self.high or self.max_turns < 1 or self.test_size < 1:
+            raise ValueError(
+                f"low={self.low}, high={self.high}, max_turns={self.max_turns}, test_size="
+                f"{self.test_size}: need low <= high and max_turns, test_size >= 1"
+            )
+        guess_number_expert(self.expert, np.random.default_rng(0))  # checks the kind
+
+    def split_size(self, split: str) -> int | None:
+        """None (unbounded) for train, `test_size` for test."""
+        self._split_id(split)
+        return None if split == "train" else self.test_size
+
+    def _split_id(self, split: str) -> int:
+        if split not in self.splits:
+            raise ValueError(f"split={split!r} is not one of {self.splits}")
+        return self.splits.index(split)
+
+    def example(self, index: int, split: str) -> dict[str, str]:
+        """dict(prompt=the first observation, answer=str(secret)), from (seed, split, index)."""
+        rng = np.random.default_rng([self.seed, self._split_id(split), index])
+        secret = int(rng.integers(self.low, self.high + 1))
+        return {
+            "prompt": f"Guess an integer from {self.low} to {self.high}.",
+            "answer": str(secret),
+        }
+
+    def make_env(self) -> GuessNumber:
+        """A fresh game with range feedback."""
+        return GuessNumber(show_range=True)
+
+    def env_task(self, answer: str) -> dict[str, int]:
+        """The game of the example whose answer is `answer`."""
+        return {"secret": int(answer), "low": self.low, "high": self.high}
+
+    def reward(self, completion: str, answer: str) -> float:
+        """1.0 when `completion` (a single guess) names the secret."""
+        numbers = _INTEGER.findall(completion)
+        return float(bool(numbers) and int(numbers[-1]) == int(answer))
+
+    def sft_target(self, answer: str) -> str:
+        """A single-turn target: the secret itself (the episodic warm start plays
+        `expert_policy` instead)."""
+        return answer
+
+    def expert_policy(self, rng: np.random.Generator) -> Policy:
+        """The warm start's scripted player (`guess_number_expert(self.expert, rng)`)."""
+        return guess_number_expert(self.expert, rng)

@@ -94,10 +94,13 @@ class _Slots:
 
 @chex.dataclass
 class _Outputs:
-    """The rollout's completions [N, T] in output-row order (and MoE routes [N, P + T, L, k])."""
+    """The rollout's completions [N, T] in output-row order (and MoE routes [N, P + T, L, k]):
+    `mask` marks the tokens the policy sampled, `env` those an environment appended between
+    turns (multi-turn episodes: `rljax.rollout.turns`)."""
 
     tokens: jax.Array
     mask: jax.Array
+    env: jax.Array
     sampling_logprobs: jax.Array
     policy_logprobs: jax.Array
     routes: jax.Array | None = None
@@ -250,7 +253,18 @@ def _decode(
 
 @functools.partial(jax.jit, static_argnames=("pad_id",), donate_argnames=("slots", "outputs"))
 def _cut(slots: _Slots, outputs: _Outputs, slot_ids, rows, keep, pad_id: int):
-    """Stops slots `slot_ids` and keeps only the first `keep` tokens of output rows `rows`."""
+    """Stops slots `slot_ids` and keeps only the first `keep` tokens of output rows `rows`;
+    the slots' KV forgets the cut tokens (a multi-turn episode may continue after the cut)."""
+    index = slots.cache.index[slot_ids] - (slots.t[slot_ids] - keep)
+    capacity = slots.cache.valid.shape[1]
+    valid = slots.cache.valid[slot_ids] & (jnp.arange(capacity) < index[:, None])
+    slots = slots.replace(
+        cache=slots.cache.replace(
+            valid=slots.cache.valid.at[slot_ids].set(valid),
+            index=slots.cache.index.at[slot_ids].set(index),
+        ),
+        t=slots.t.at[slot_ids].set(keep),
+    )
     drop = jnp.arange(outputs.tokens.shape[1]) >= keep[:, None]
     clear = lambda array, value: array.at[rows].set(jnp.where(drop, value, array[rows]))
     outputs = outputs.replace(
@@ -259,6 +273,12 @@ def _cut(slots: _Slots, outputs: _Outputs, slot_ids, rows, keep, pad_id: int):
         sampling_logprobs=clear(outputs.sampling_logprobs, 0.0),
         policy_logprobs=clear(outputs.policy_logprobs, 0.0),
     )
+    if outputs.routes is not None:  # cut positions are padding again: experts 0 .. k-1
+        routes = outputs.routes[rows]
+        prompt_width = routes.shape[1] - drop.shape[1]
+        cut = jnp.pad(drop, ((0, 0), (prompt_width, 0)))[..., None, None]
+        pad = jnp.arange(routes.shape[-1], dtype=routes.dtype)
+        outputs = outputs.replace(routes=outputs.routes.at[rows].set(jnp.where(cut, pad, routes)))
     return slots.replace(live=slots.live.at[slot_ids].set(False)), outputs
 
 
@@ -342,6 +362,14 @@ class Engine:
         Returns:
           A `Rollout` with B * n_samples rows and T = the engine's `max_new_tokens` columns.
         """
+        prompts = self.check_prompts(prompt_tokens, prompt_mask, n_samples, max_new_tokens)
+        return _Run(self, params, *prompts, rng, n_samples).drain()
+
+    def check_prompts(
+        self, prompt_tokens, prompt_mask, n_samples: int, max_new_tokens: Sequence[int] | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Validated host arrays: prompt tokens and mask [B, P], prompt lengths [B] and
+        generation budgets [B]."""
         tokens = np.asarray(prompt_tokens, np.int32)
         mask = np.asarray(prompt_mask, bool)
         if tokens.ndim != 2 or tokens.shape != mask.shape:
@@ -363,8 +391,7 @@ class Engine:
                 raise ValueError(
                     f"max_new_tokens must be {b} budgets in [1, {self.max_new_tokens}]"
                 )
-        run = _Run(self, params, tokens, mask, lengths, budgets, rng, n_samples)
-        return run.drain()
+        return tokens, mask, lengths, budgets
 
 
 class _Run:
@@ -414,6 +441,7 @@ class _Run:
         self.outputs = _Outputs(
             tokens=jnp.full((n, t), engine.pad_id, jnp.int32),
             mask=jnp.zeros((n, t), bool),
+            env=jnp.zeros((n, t), bool),
             sampling_logprobs=jnp.zeros((n, t), jnp.float32),
             policy_logprobs=jnp.zeros((n, t), jnp.float32),
             routes=_pad_routes(model_cfg, (n, p + t)) if moe else None,
@@ -450,26 +478,26 @@ class _Run:
     def drain(self) -> Rollout:
         """Admits and decodes until the queue is empty and every slot has stopped."""
         cfg = self.engine.config
-        n_slots = self.n_slots
-        wake_early = cfg.admit_after or max(1, n_slots // 8)
         while True:
-            if self.queue and not self.live.all():
+            if self.queue and self._free_slots().size:
                 self._admit()
+            self._between_calls()
             if not self.live.any():
+                if self.queue or self._busy().any():
+                    continue
                 break
             steps = cfg.decode_steps
             need = int(self.index[self.live].max()) + steps
             span = self.capacity
             if cfg.span_bucket:
                 span = min(self.capacity, -(-need // cfg.span_bucket) * cfg.span_bucket)
-            wake = wake_early if self.queue else n_slots + 1
             was_live = self.live.copy()
             self.slots, self.outputs = _decode(
                 self.engine.graphdef,
                 self.params,
                 self.slots,
                 self.outputs,
-                jnp.int32(wake),
+                jnp.int32(self._wake()),
                 steps=steps,
                 span=span,
                 sampling=self.engine.sampling,
@@ -480,27 +508,56 @@ class _Run:
             self.live, self.index = np.array(live), np.array(index)
             if self.engine.stop is not None:
                 self._apply_stop_rule(was_live)
+            self._after_decode(was_live)
             self._shrink()
         return self._rollout()
+
+    # Hooks of a multi-turn run (`rljax.rollout.turns`); a plain run has none of its work.
+    PER_SLOT = ("live", "index", "slot_row")  # host arrays indexed by slot
+
+    def _free_slots(self) -> np.ndarray:
+        """Slots a new request may take."""
+        return np.flatnonzero(~self.live)
+
+    def _busy(self) -> np.ndarray:
+        """[slots] bool: slots holding a sequence that is not finished."""
+        return self.live
+
+    def _wake(self) -> int:
+        """A decode call returns early once this many slots are not live."""
+        if self.queue:
+            return self.engine.config.admit_after or max(1, self.n_slots // 8)
+        return self.n_slots + 1
+
+    def _between_calls(self) -> None:
+        """Work between device calls, after admission."""
+
+    def _after_decode(self, was_live: np.ndarray) -> None:
+        """Work after a decode call (and the stop rule); `was_live`: slots live before it."""
+
+    def _turn_start(self, row: int) -> int:
+        """The column where `row`'s current turn starts (the stop rule reads that turn)."""
+        del row
+        return 0
 
     def _shrink(self) -> None:
         """With no request waiting and at most half the slots live, moves the live sequences
         into the first slots and drops the rest (halving, so each size compiles once): the tail
         of long sequences does not pay for idle slots."""
-        size, live = self.live.size, int(self.live.sum())
+        busy = self._busy()
+        size, live = busy.size, int(busy.sum())
         if self.queue or not 0 < live <= size // 2:
             return
         while live <= size // 2:
             size //= 2
-        keep = np.concatenate([np.flatnonzero(self.live), np.flatnonzero(~self.live)])[:size]
+        keep = np.concatenate([np.flatnonzero(busy), np.flatnonzero(~busy)])[:size]
         self.slots = _take_slots(self.slots, jnp.asarray(keep, jnp.int32))
-        self.live, self.index, self.slot_row = (
-            a[keep] for a in (self.live, self.index, self.slot_row)
-        )
+        for name in self.PER_SLOT:
+            setattr(self, name, getattr(self, name)[keep])
 
     def _admit(self) -> None:
         """Fills free slots with the next (prompt, sample) requests, prefilling new prompts."""
-        free = np.flatnonzero(~self.live)
+        free = self._free_slots()
         take = [self.queue.popleft() for _ in range(min(free.size, len(self.queue)))]
         new = [i for i in dict.fromkeys(i for i, _ in take) if i not in self.prefix_of]
         used = set(self.prefix_of.values())
@@ -560,12 +617,13 @@ class _Run:
         slots, rows, keep = [], [], []
         for slot in np.flatnonzero(was_live):
             row = self.slot_row[slot]
-            seq = tokens[row][mask[row]]
+            start = self._turn_start(row)
+            seq = tokens[row, start:][mask[row, start:]]
             n = self.engine.stop(seq)
             if n < seq.size:
                 slots.append(slot)
                 rows.append(row)
-                keep.append(n)
+                keep.append(start + n)
                 self.live[slot] = False
         if slots:
             self.slots, self.outputs = _cut(
@@ -607,9 +665,11 @@ def engine_generate(
     engine: EngineConfig = EngineConfig(),
     extra_eos_ids: Sequence[int] = (),
     stop: StopRule | None = None,
+    turns=None,
 ) -> Rollout:
     """`rljax.rollout.generate`'s call, run by an `Engine`: the same arguments and `Rollout`,
-    plus the engine's schedule, more EOS ids and a host-side stop rule."""
+    plus the engine's schedule, more EOS ids, a host-side stop rule and, with a `turns`
+    handler (`rljax.rollout.turns.TurnHandler`), multi-turn episodes."""
     config = nnx.merge(graphdef, params).config
     runner = Engine(
         graphdef,
@@ -621,4 +681,10 @@ def engine_generate(
         engine=engine,
         stop=stop,
     )
-    return runner.generate(params, prompt_tokens, prompt_mask, rng, n_samples=n_samples)
+    if turns is None:
+        return runner.generate(params, prompt_tokens, prompt_mask, rng, n_samples=n_samples)
+    from rljax.rollout.turns import generate_turns  # turns builds on this module
+
+    return generate_turns(
+        runner, params, prompt_tokens, prompt_mask, rng, turns, n_samples=n_samples
+    )

@@ -51,6 +51,9 @@ class Rollout:
         concatenate([prompt_tokens, completion_tokens], axis=1). Padding positions (prompt
         padding and completion slots after the end) hold experts 0, 1, ..., k - 1; they are
         masked wherever they are used.
+      env_mask: multi-turn episodes only (None otherwise): [N, T] bool, True on the tokens an
+        environment appended between the policy's turns (`rljax.rollout.turns`); the policy's
+        own tokens are `completion_mask`, disjoint from it.
     """
 
     prompt_tokens: jax.Array
@@ -62,6 +65,7 @@ class Rollout:
     group_id: jax.Array
     cuts_rows: jax.Array | None = None
     routes: jax.Array | None = None
+    env_mask: jax.Array | None = None
 
 
 @functools.partial(

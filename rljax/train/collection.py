@@ -7,6 +7,7 @@ devices) -> ReplayCollector (replay);   UEC-RL: UECCollector.
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -41,6 +42,7 @@ from rljax.train.builders import (
 )
 from rljax.train.collector import Collector, GroupCollector
 from rljax.train.draws import RolloutDraw, WithFeedback, WithGreedyBaseline, WithRescue
+from rljax.train.episodes import EpisodeDraw, EpisodeSettings, is_episodic
 from rljax.train.fresh_replay import ReplayCollector
 from rljax.train.sampler_mesh import SamplerDevices
 from rljax.train.staleness import SamplerPolicy
@@ -76,6 +78,8 @@ def build_collector(
       ValueError: for combinations the collectors do not support, naming the keys.
     """
     t, r, n = config.train, config.rollout, config.rollout.n_samples
+    if is_episodic(task):
+        return build_episode_collector(config, task, tokenizer, data, algorithm, steps)
     scorer = build_scorer(config)
     batch_split = mesh.shape["data"] * mesh.shape["fsdp"]
     shardings = mesh_shardings(state, mesh)
@@ -142,6 +146,49 @@ def build_collector(
     )
     replay = build_replay(config)
     return collector if replay is None else ReplayCollector(collector, replay)
+
+
+def build_episode_collector(
+    config: ConfigDict,
+    task: Task,
+    tokenizer: Tokenizer,
+    data: Iterator[dict[str, Any]],
+    algorithm: Algorithm,
+    steps: Steps,
+) -> Collector:
+    """G episodes of each example, played by the rollout engine (`rljax.train.episodes`),
+    with DAPO's refill and bounded staleness as for any task.
+
+    Raises:
+      ValueError: naming the keys of features episodes do not support yet.
+    """
+    off = {
+        "rollout.engine": config.rollout.engine != "continuous",
+        "prompt_selection.name": config.prompt_selection.name != "none",
+        "lope.num_perturbed": config.lope.num_perturbed != 0,
+        "mesh.sampler_devices": config.mesh.sampler_devices != 0,
+        "reward.token_level": token_level_rewards(config),
+        "algorithm.name": algorithm.collection is not None or algorithm.greedy_baseline,
+        "--num_processes": jax.process_count() > 1,
+    }
+    unsupported = [key for key, on in off.items() if on]
+    if unsupported:
+        raise ValueError(
+            f"episodic task {config.task.name!r} does not support {unsupported} yet (episodes "
+            "need rollout.engine='continuous' and the plain group collector)"
+        )
+    settings = EpisodeSettings.from_config(config)
+    draw = EpisodeDraw(
+        data,
+        steps.rollout,
+        task,
+        tokenizer,
+        config.rollout.n_samples,
+        settings,
+        concurrent.futures.ThreadPoolExecutor(settings.workers, thread_name_prefix="rljax-env"),
+    )
+    policy = SamplerPolicy(config.train.max_staleness, None)
+    return GroupCollector(draw, config.rollout.n_samples, policy, config.rollout.max_refill_rounds)
 
 
 def sharded_rollout(rollout: Callable[..., Rollout], mesh: Mesh) -> Callable[..., Rollout]:

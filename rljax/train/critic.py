@@ -48,6 +48,7 @@ def critic_values(
     prompt_mask: jax.Array,
     completion_tokens: jax.Array,
     completion_mask: jax.Array,
+    context_mask: jax.Array | None = None,
 ) -> jax.Array:
     """V(s_t) [B, T] for the states that predict each completion token; 0 on masked tokens.
 
@@ -56,7 +57,11 @@ def critic_values(
       trunk_graphdef: graph of the critic's own Transformer, or None to use `policy`'s states.
       policy: the policy's teacher-forced pass (`policy_states`) over the same batch; None
         for a critic with its own trunk (it runs its own pass).
-      prompt_tokens, prompt_mask, completion_tokens, completion_mask: the batch.
+      prompt_tokens, prompt_mask, completion_tokens, completion_mask: the batch; values are
+        0 where `completion_mask` is False.
+      context_mask: [B, T] bool, the completion tokens the critic's own trunk attends to
+        (policy and environment tokens, `rljax.core.batch.context_mask`); default
+        `completion_mask`. A value head on the policy reads `policy`'s pass instead.
 
     Returns:
       float32 values.
@@ -77,7 +82,7 @@ def critic_values(
             prompt_tokens,
             prompt_mask,
             completion_tokens,
-            completion_mask,
+            completion_mask if context_mask is None else context_mask,
         ).completion_hidden
     head = critic["head"]
     values = jnp.einsum("btd,d->bt", hidden.astype(jnp.float32), head["kernel"]) + head["bias"]

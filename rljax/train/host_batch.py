@@ -37,11 +37,14 @@ COMPLETION_FIELDS = (
     "rollout_logprobs",
     "token_rewards",
     "is_weight",
+    "env_mask",
 )
 SEQUENCE_FIELDS = ("routes",)
-# Extras that stay integers in the Batch (MoE expert choices, policy versions); the others
-# are float32.
+# Extras that stay integers in the Batch (MoE expert choices, policy versions) and booleans
+# (the environment tokens of multi-turn episodes, `rljax.core.batch.context_mask`); the
+# others are float32.
 _INT_EXTRAS = ("routes", "policy_version")
+_BOOL_EXTRAS = ("env_mask",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +54,7 @@ class HostBatch:
     Attributes:
       rows: field -> [B, ...] numpy array; `REQUIRED_FIELDS` plus any extras
         ("baseline_reward", "token_rewards", "routes", "sequence_advantage", "is_weight",
-        "policy_version", ...). `prompt_id` is each row's task index.
+        "policy_version", "env_mask", ...). `prompt_id` is each row's task index.
       group_size: G, rows per prompt group (1: every row is its own group).
     """
 
@@ -84,7 +87,8 @@ class HostBatch:
         """The rows of a rollout of `len(prompt_ids)` prompts x G samples, with their rewards.
 
         CUTS rows train on the policy's log-probs (treated as on-policy, as the paper does);
-        an MoE rollout's expert choices are kept as "routes" (replayed in training).
+        an MoE rollout's expert choices are kept as "routes" (replayed in training), a
+        multi-turn rollout's environment tokens as "env_mask".
         """
         rows = {
             "prompt_tokens": np.asarray(out.prompt_tokens),
@@ -99,6 +103,8 @@ class HostBatch:
         }
         if out.routes is not None:
             rows["routes"] = np.asarray(out.routes)
+        if out.env_mask is not None:  # multi-turn episodes: the observations' tokens
+            rows["env_mask"] = np.asarray(out.env_mask)
         return cls(rows, group_size)
 
     @classmethod
@@ -162,8 +168,11 @@ class HostBatch:
         extras = {"prompt_id": jnp.asarray(ids, jnp.int32)}
         for key, value in self.rows.items():
             if key not in REQUIRED_FIELDS:
-                dtype = jnp.int32 if key in _INT_EXTRAS else jnp.float32
-                extras[key] = jnp.asarray(value, dtype)
+                if key in _BOOL_EXTRAS:
+                    extras[key] = jnp.asarray(np.asarray(value) > 0)
+                else:
+                    dtype = jnp.int32 if key in _INT_EXTRAS else jnp.float32
+                    extras[key] = jnp.asarray(value, dtype)
         return make_batch(
             self.rows["prompt_tokens"],
             self.rows["prompt_mask"],

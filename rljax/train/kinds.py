@@ -30,6 +30,7 @@ from rljax.train.builders import (
     build_update_config,
 )
 from rljax.train.collection import build_collector
+from rljax.train.episodes import episodic_eval, episodic_warm_start, is_episodic
 from rljax.train.evaluation import greedy_eval
 from rljax.train.prompts import warm_start
 from rljax.train.steps import Steps, make_steps
@@ -78,12 +79,24 @@ def _causal_steps(
     )
 
 
+def _causal_warm_start(graphdef, params, task, prompts, config, log, mesh):
+    """SFT on the task's targets, or on scripted episodes for an episodic task."""
+    start = episodic_warm_start if is_episodic(task) else warm_start
+    return start(graphdef, params, task, prompts, config, log, mesh)
+
+
+def _causal_eval(graphdef, params, task, prompts, config, mesh=None) -> dict[str, float]:
+    """Greedy accuracy on held-out problems, or the greedy episodes' success rate."""
+    evaluate = episodic_eval if is_episodic(task) else greedy_eval
+    return evaluate(graphdef, params, task, prompts, config, mesh)
+
+
 CAUSAL = PolicyKind(
     build_policy=build_policy,
     build_algorithm=lambda config, model_config: build_algorithm(config, model_config.vocab_size),
     build_train_state=build_train_state,
-    warm_start=warm_start,
-    evaluate=greedy_eval,
+    warm_start=_causal_warm_start,
+    evaluate=_causal_eval,
     make_steps=_causal_steps,
     build_collector=build_collector,
 )

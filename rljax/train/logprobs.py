@@ -182,7 +182,9 @@ def policy_states(
     Args:
       graphdef, params: the policy.
       prompt_tokens, prompt_mask: [B, P], left-padded.
-      completion_tokens, completion_mask: [B, T].
+      completion_tokens, completion_mask: [B, T]; the mask says which completion tokens the
+        pass attends to and counts positions over: in a multi-turn episode the policy's and
+        the environment's tokens (`rljax.core.batch.context_mask`), not only the policy's.
       routes: MoE policies only: None to route freely, or [B, P + T, n_layers, k] experts to
         replay (`Rollout.routes`, routing replay; see `rljax.models.moe`).
       pack_rows: > 0 runs the pass on that many packed rows when the sequences fit

@@ -26,9 +26,13 @@ def bucket(width: int, multiple: int, full: int) -> int:
 
 def used_widths(batch: HostBatch) -> np.ndarray:
     """[2] int: the prompt columns from the first one any row uses to the end (prompts are
-    left-padded), and the completion columns up to the last one any row uses."""
+    left-padded), and the completion columns up to the last one any row uses, with a policy
+    token or an environment token ("env_mask", the context of multi-turn episodes)."""
     prompt_used = batch.rows["prompt_mask"].any(axis=0)
-    completion_used = np.flatnonzero(batch.rows["completion_mask"].any(axis=0))
+    used = np.asarray(batch.rows["completion_mask"], bool)
+    if "env_mask" in batch.rows:
+        used = used | (np.asarray(batch.rows["env_mask"]) > 0)
+    completion_used = np.flatnonzero(used.any(axis=0))
     prompt = prompt_used.size - int(np.argmax(prompt_used)) if prompt_used.any() else 0
     completion = int(completion_used[-1]) + 1 if completion_used.size else 0
     return np.asarray([prompt, completion], np.int64)

@@ -4,7 +4,7 @@ SFT warm start's examples."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -125,10 +125,25 @@ def warm_start(
         format_prompt=prompts.format_prompt,
         add_bos=prompts.add_bos,
     )
-    rows = PartitionSpec(DEFAULT_RULES["batch"])
-    local = HostRows(
-        prompt_batches(dataset, s.batch_size), jax.process_index(), jax.process_count()
+    return sft_on_batches(
+        graphdef, params, prompt_batches(dataset, s.batch_size), config, log, mesh
     )
+
+
+def sft_on_batches(
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    batches: Iterator[dict[str, Any]],
+    config: ConfigDict,
+    log: Callable[[int, dict[str, Any]], None],
+    mesh: Mesh,
+) -> nnx.State:
+    """`sft.steps` Adam steps (`sft.learning_rate`) on `batches` of global rows; each process
+    feeds its rows, split over the mesh's batch axes; the loss is logged as sft/loss at
+    negative steps."""
+    s = config.sft
+    rows = PartitionSpec(DEFAULT_RULES["batch"])
+    local = HostRows(batches, jax.process_index(), jax.process_count())
     return run_sft(
         graphdef,
         params,

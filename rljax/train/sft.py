@@ -28,17 +28,22 @@ def make_sft_step(
     """A jitted `(params, opt_state, batch) -> (params, opt_state, loss)` step.
 
     The loss is the token-mean negative log-likelihood of `completion_tokens` under
-    `completion_mask` (the targets and their EOS), given the left-padded prompt.
+    `completion_mask` (the targets and their EOS), given the left-padded prompt. A batch
+    with an "env_mask" (scripted multi-turn episodes) attends to those tokens too, as
+    context that is not learned.
     """
 
     def loss_fn(params, batch):
+        context = batch["completion_mask"]
+        if "env_mask" in batch:
+            context = context | batch["env_mask"]
         logprobs, _ = completion_logprobs(
             graphdef,
             params,
             batch["prompt_tokens"],
             batch["prompt_mask"],
             batch["completion_tokens"],
-            batch["completion_mask"],
+            context,
             vocab_chunk,
         )
         mask = batch["completion_mask"].astype(jnp.float32)
@@ -67,14 +72,15 @@ def run_sft(
 
     Args:
       graphdef, params: the policy.
-      batches: yields dicts with prompt_tokens/prompt_mask/completion_tokens/completion_mask.
+      batches: yields dicts with prompt_tokens/prompt_mask/completion_tokens/completion_mask
+        (and env_mask, for multi-turn episodes).
       steps: number of updates.
       optimizer: optax optimizer for this stage only (its state is discarded afterwards).
       vocab_chunk: vocabulary chunk for the log-probs.
       on_step: called with (step, loss) every `log_every` updates and after the last one.
       log_every: how often the loss is fetched from the device (each fetch is a sync).
     """
-    fields = ("prompt_tokens", "prompt_mask", "completion_tokens", "completion_mask")
+    fields = ("prompt_tokens", "prompt_mask", "completion_tokens", "completion_mask", "env_mask")
     step_fn = make_sft_step(graphdef, optimizer, vocab_chunk)
     opt_state = optimizer.init(params)
     bar = tqdm(
@@ -86,7 +92,8 @@ def run_sft(
     )
     for i in bar:
         batch = next(batches)
-        params, opt_state, loss = step_fn(params, opt_state, {k: batch[k] for k in fields})
+        inputs = {k: batch[k] for k in fields if k in batch}
+        params, opt_state, loss = step_fn(params, opt_state, inputs)
         if i % log_every == 0 or i == steps - 1:
             loss = float(loss)
             bar.set_postfix(loss=f"{loss:.3f}")

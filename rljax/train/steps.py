@@ -31,7 +31,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rljax.algorithms import Algorithm
 from rljax.core.aggregation import aggregation_denominator, masked_mean
-from rljax.core.batch import Batch
+from rljax.core.batch import Batch, context_mask
 from rljax.core.keys import check_algorithm
 from rljax.core.state import TrainState
 from rljax.core.transform import Context, Metrics
@@ -210,14 +210,16 @@ def make_steps(
 
     def states(params, batch: Batch) -> PolicyStates:
         # MoE: the sampler's expert choices are replayed (routing replay), so the trainer
-        # scores each token through the experts that produced it.
+        # scores each token through the experts that produced it. The pass attends to the
+        # environment tokens of multi-turn episodes too (`context_mask`); the statistics and
+        # losses read the policy tokens only (`batch.completion_mask`).
         return policy_states(
             graphdef,
             params,
             batch.prompt_tokens,
             batch.prompt_mask,
             batch.completion_tokens,
-            batch.completion_mask,
+            context_mask(batch),
             routes=batch.extras.get(ROUTES_KEY),
             pack_rows=pack_rows(batch.group_id.shape[0]),
         )
@@ -235,6 +237,7 @@ def make_steps(
             batch.prompt_mask,
             batch.completion_tokens,
             batch.completion_mask,
+            context_mask=context_mask(batch),
         )
 
     rc = rollout_config
@@ -266,7 +269,7 @@ def make_steps(
         """The rollout step run by the engine: jitted weights and key, host-scheduled
         decoding, the result placed as `rows` (None: where the engine left it)."""
 
-        def run(state: TrainState, prompt_tokens, prompt_mask, attempt=0) -> Rollout:
+        def run(state: TrainState, prompt_tokens, prompt_mask, attempt=0, turns=None) -> Rollout:
             params, key = jitted_inputs(state, attempt)
             out = engine_generate(
                 graphdef,
@@ -277,6 +280,7 @@ def make_steps(
                 engine=rc.engine,
                 extra_eos_ids=rc.extra_eos_ids,
                 stop=rc.stop,
+                turns=turns,
                 **sample_args,
             )
             return out if rows is None else jax.device_put(out, rows)
@@ -355,12 +359,12 @@ def make_steps(
         if cov is not None:
             metrics["entropy/cov_logp_adv"] = cov
         if cfg.pack_ratio and ROUTES_KEY not in batch.extras:
-            valid = jnp.concatenate([batch.prompt_mask, batch.completion_mask], axis=1)
+            valid = jnp.concatenate([batch.prompt_mask, context_mask(batch)], axis=1)
             metrics["pack/fits"] = pack_plan(valid, pack_rows(valid.shape[0])).fits.astype(
                 jnp.float32
             )
         if ROUTES_KEY in batch.extras:
-            valid = jnp.concatenate([batch.prompt_mask, batch.completion_mask], axis=1)
+            valid = jnp.concatenate([batch.prompt_mask, context_mask(batch)], axis=1)
             experts = nnx.merge(graphdef, params).config.num_experts
             load = expert_load(batch.extras[ROUTES_KEY], valid, experts)
             metrics.update({k: v for k, v in load.items() if k != "moe/load"})
@@ -390,6 +394,11 @@ def make_steps(
         return loss, (metrics, {"logprobs": new_stats.logprobs, "entropy": new_stats.entropy})
 
     def update(state: TrainState, batch: Batch):
+        # Only the policy's tokens are learned from: a loss weight off `completion_mask` (an
+        # environment token of a multi-turn episode, padding) would enter the aggregated loss
+        # and its microbatch weight, so it is dropped here.
+        loss_weights = jnp.where(batch.completion_mask, batch.loss_weights, 0.0)
+        batch = batch.replace(loss_weights=loss_weights.astype(batch.loss_weights.dtype))
         rows = batch.group_id.shape[0]
         per_step = cfg.minibatches * cfg.microbatches
         if rows % per_step:

@@ -138,6 +138,10 @@ ADDED_SINCE = {
     "model.scan_layers": True,
     "lora.base_quant": "none",
     "lora.sampler": "merged",
+    "env.chat_format": "plain",
+    "env.time_limit_s": 5.0,
+    "env.workers": 8,
+    "env.overlap": False,
 }
 # Keys added with the diffusion policy on the driver (model.kind; the others are read by a
 # model.kind="diffusion" run only), at their defaults in a causal recipe.

@@ -153,6 +153,7 @@ def test_tally_counts_every_kind():
         "env/failed/timeout": 0.0,
         "env/failed/garbage": 1.0,
         "env/failed/turn_limit": 1.0,
+        "env/failed/token_budget": 0.0,
         "env/mean_turns": (1 + 2 + 0 + 0) / 4,
         "env/mean_reward": (1.0 + 0.5) / 4,
     }

@@ -1,9 +1,13 @@
 """GuessNumber: binary search wins in the hand-computed number of turns, feedback, integer
 parsing, and reproducible task generation."""
 
+import re
+
+import numpy as np
 import pytest
 
-from rljax.envs import GuessNumber, guess_number_tasks, run_episode
+from rljax.envs import GuessNumber, Step, guess_number_tasks, run_episode
+from rljax.envs.guess_number import GuessNumberTask, guess_number_expert
 
 
 class BinarySearch:
@@ -77,3 +81,68 @@ def test_tasks_are_reproducible_and_in_range():
     assert all(t["low"] == -5 and t["high"] == 5 for t in tasks)
     with pytest.raises(ValueError, match="low <= high"):
         guess_number_tasks(1, low=3, high=2, seed=0)
+
+
+def test_show_range_states_what_the_feedback_leaves():
+    env = GuessNumber(show_range=True)
+    assert env.reset({"secret": 11, "low": 1, "high": 15}) == "Guess an integer from 1 to 15."
+    # 8 < 11: [9, 15]; 13 > 11: [9, 12]; 5 tells nothing new: still [9, 12].
+    answers = [env.step(guess).observation for guess in ("8", "13", "5")]
+    assert answers == ["higher, 9 to 15", "lower, 9 to 12", "higher, 9 to 12"]
+    assert env.step("11") == Step("correct", 1.0, True, {"guess": 11})
+
+
+def test_task_examples_experts_and_rewards():
+    task = GuessNumberTask(low=1, high=15, max_turns=4)
+    train = [task.example(i, "train") for i in range(200)]
+    test = [task.example(i, "test") for i in range(200)]
+    assert train[:5] == [task.example(i, "train") for i in range(5)]  # deterministic
+    assert [e["answer"] for e in train] != [e["answer"] for e in test]
+    secrets = {int(e["answer"]) for e in train}
+    assert secrets == set(range(1, 16))  # every secret of the range drawn
+    assert train[0]["prompt"] == "Guess an integer from 1 to 15."
+    assert task.env_task("7") == {"secret": 7, "low": 1, "high": 15}
+    assert (task.reward("my guess: 7", "7"), task.reward("8", "7"), task.reward("", "7")) == (
+        1.0,
+        0.0,
+        0.0,
+    )
+    assert task.split_size("train") is None and task.split_size("test") == 256
+    # Bisecting wins every secret within ceil(log2(15 + 1)) = 4 turns.
+    for secret in range(1, 16):
+        bisect = guess_number_expert("bisect", np.random.default_rng(0))
+        result = run_episode(
+            task.make_env, task.env_task(str(secret)), bisect, max_turns=4, time_limit_s=5
+        )
+        assert result.failure is None and result.total_reward == 1.0, secret
+    # The random expert guesses inside the stated range, and loses some games in 4 turns.
+    rng = np.random.default_rng(1)
+    wins = 0
+    for example in train[:100]:
+        guesses = []
+
+        def player(observations, policy=task.expert_policy(rng), guesses=guesses):
+            guesses.append((observations[-1], int(policy(observations))))
+            return str(guesses[-1][1])
+
+        result = run_episode(
+            task.make_env, task.env_task(example["answer"]), player, max_turns=4, time_limit_s=5
+        )
+        wins += result.failure is None
+        for observation, guess in guesses:
+            low, high = (int(n) for n in re.findall(r"\d+", observation)[-2:])
+            assert low <= guess <= high
+    assert 40 <= wins <= 85
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(low=5, high=1), "need low <= high"),
+        (dict(max_turns=0), "max_turns"),
+        (dict(expert="oracle"), "expert kind 'oracle'"),
+    ],
+)
+def test_task_rejects_bad_settings(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GuessNumberTask(**kwargs)

@@ -392,6 +392,19 @@ OLD_KEYS = {
         "eps_low": ("0.2", "float"),
         "process_advantages": ("False", "bool"),
     },
+    # Added since that commit: the multi-turn presets.
+    "turn_grpo": {**PPO_KEYS, "gamma": ("1.0", "float"), "normalize_std": ("True", "bool")},
+    "turn_ppo": {
+        "aggregation": ("'token-mean'", "str"),
+        "clip_eps": ("0.2", "float"),
+        "clip_eps_high": ("None", "NoneType|float"),
+        "entropy_coef": ("0.0", "float"),
+        "gamma": ("1.0", "float"),
+        "lam": ("0.95", "float"),
+        "max_len": ("None", "NoneType|int"),
+        "value_clip": ("0.2", "NoneType|float"),
+        "value_coef": ("0.5", "float"),
+    },
     "uec_rl": {
         **PPO_KEYS,
         **LOW_VAR_KL,

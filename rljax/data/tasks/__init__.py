@@ -11,6 +11,7 @@ from rljax.data.tasks.gaussian_mixture import GaussianMixtureTask
 from rljax.data.tasks.local import LocalTask
 from rljax.data.tasks.logic import LogicTask
 from rljax.data.tasks.word_problems import WordProblemTask
+from rljax.envs.guess_number import GuessNumberTask
 
 
 @runtime_checkable
@@ -47,6 +48,7 @@ TASKS: dict[str, type] = {
     "addition": AdditionTask,
     "countdown": CountdownTask,
     "gaussian_mixture": GaussianMixtureTask,
+    "guess_number": GuessNumberTask,
     "local": LocalTask,
     "logic": LogicTask,
     "word_problems": WordProblemTask,

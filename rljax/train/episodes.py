@@ -1,0 +1,397 @@
+"""Training on episodic tasks: the draw that plays a batch of multi-turn episodes with the
+sampler's policy, the SFT warm start on scripted episodes, and the greedy evaluation.
+
+An episodic task is a `rljax.data.tasks.Task` with `make_env()`, `env_task(answer)` and
+`expert_policy(rng)` (`is_episodic`; e.g. `rljax.envs.guess_number.GuessNumberTask`): its
+examples come from the same prompt pipeline as any task (so the data state, its checkpoint
+and exact resume are the same), and each example is played as G episodes of
+`make_env()` on `env_task(answer)`, each on its own decode slot of the rollout engine
+(`rljax.rollout.turns`), environments stepping on a thread pool while the engine decodes.
+The batch carries the policy's tokens (`completion_mask`), the observations (`env_mask`),
+each episode's total reward (`rewards`) and its per-turn rewards and turn count
+(`turn_rewards`, `num_turns`) for turn-level credit (`rljax.advantages.turns`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh
+from ml_collections import ConfigDict
+
+from rljax.data import decode_answers
+from rljax.data.tasks import Task
+from rljax.envs.base import Episode, EpisodeResult, run_episode, tally
+from rljax.envs.chat import ChatFormat, get_chat_format
+from rljax.envs.episodes import EpisodeTurns, episode_fields, episode_row, start_episodes
+from rljax.models.config import TransformerConfig
+from rljax.models.tokenizer import Tokenizer
+from rljax.rollout.engine import Engine, EngineConfig
+from rljax.rollout.sampler import Rollout
+from rljax.rollout.sampling import SamplingParams
+from rljax.rollout.turns import generate_turns
+from rljax.train.builders import build_rollout_config
+from rljax.train.collector import Drawn
+from rljax.train.host_batch import HostBatch
+from rljax.train.prompts import Prompts, sft_on_batches
+from rljax.train.staleness import Policies
+from rljax.train.steps import RolloutConfig
+
+# (state, prompt_tokens [N, P], prompt_mask [N, P], attempt, turns=handler) -> Rollout.
+TurnsRolloutFn = Callable[..., Rollout]
+_EPISODE_METHODS = ("make_env", "env_task", "expert_policy")
+_SFT_EPISODES = 4096  # scripted episodes the warm start cycles through (at most)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeSettings:
+    """How a run plays episodes (`env.*` and `task.max_prompt_len`).
+
+    Attributes:
+      chat: the chat layout of prompts and observations.
+      prompt_len: prompt width.
+      time_limit_s: limit on each environment call.
+      workers: threads stepping environments.
+      overlap: decode while environments step (`rljax.rollout.turns.TurnHandler.overlap`).
+    """
+
+    chat: ChatFormat
+    prompt_len: int
+    time_limit_s: float = 5.0
+    workers: int = 8
+    overlap: bool = False
+
+    @classmethod
+    def from_config(cls, config: ConfigDict) -> EpisodeSettings:
+        e = config.env
+        return cls(
+            get_chat_format(e.chat_format),
+            config.task.max_prompt_len,
+            float(e.time_limit_s),
+            int(e.workers),
+            bool(e.overlap),
+        )
+
+
+def is_episodic(task: Task) -> bool:
+    """Whether `task` is played as multi-turn episodes (it has `_EPISODE_METHODS`)."""
+    return all(callable(getattr(task, name, None)) for name in _EPISODE_METHODS)
+
+
+def episode_prompts(
+    firsts: Sequence[str | None],
+    group_size: int,
+    tokenizer: Tokenizer,
+    chat: ChatFormat,
+    width: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Left-padded prompt tokens and mask [N / G, width] of the groups' first observations.
+
+    The G episodes of one example share one prompt (the engine's shared prefix), so their
+    environments must start alike; an episode whose start failed (None) takes its group's.
+
+    Raises:
+      ValueError: if one group's resets gave different observations, or a prompt is longer
+        than `width` (`task.max_prompt_len`).
+    """
+    groups = [firsts[i : i + group_size] for i in range(0, len(firsts), group_size)]
+    tokens = np.full((len(groups), width), tokenizer.pad_id, np.int32)
+    mask = np.zeros((len(groups), width), bool)
+    for i, group in enumerate(groups):
+        seen = {first for first in group if first is not None}
+        if len(seen) > 1:
+            raise ValueError(
+                f"the {group_size} episodes of one example started with different observations "
+                f"{sorted(seen)[:2]}: an episodic task's reset must be deterministic in its task"
+            )
+        ids = tokenizer.encode(chat.render_prompt(seen.pop() if seen else ""))
+        if len(ids) > width:
+            raise ValueError(
+                f"an episode's first prompt has {len(ids)} tokens; task.max_prompt_len={width}"
+            )
+        tokens[i, width - len(ids) :] = ids
+        mask[i, width - len(ids) :] = True
+    return tokens, mask
+
+
+class GroupEpisodes(NamedTuple):
+    """Started episodes of a batch of examples, ready for `generate_turns(..., handler,
+    n_samples=G)`: G episodes per example (row i * G + g plays `episodes[i * G + g]`), their
+    engine handler and the examples' prompts [examples, prompt_len]."""
+
+    episodes: list[Episode]
+    handler: EpisodeTurns
+    prompt_tokens: np.ndarray
+    prompt_mask: np.ndarray
+
+    def results(self) -> list[EpisodeResult]:
+        """Every episode's result (after the rollout)."""
+        return [episode.result() for episode in self.episodes]
+
+
+def start_group_episodes(
+    task: Task,
+    answers: Sequence[str],
+    group_size: int,
+    tokenizer: Tokenizer,
+    settings: EpisodeSettings,
+    executor: concurrent.futures.Executor,
+) -> GroupEpisodes:
+    """G started episodes of each example (by its answer), on `executor`."""
+    tasks = [task.env_task(a) for a in answers for _ in range(group_size)]
+    episodes, firsts = start_episodes(
+        task.make_env,
+        tasks,
+        executor,
+        max_turns=task.max_turns,
+        time_limit_s=settings.time_limit_s,
+    )
+    chat = settings.chat
+    tokens, mask = episode_prompts(firsts, group_size, tokenizer, chat, settings.prompt_len)
+    handler = EpisodeTurns(episodes, tokenizer, chat, executor, settings.overlap)
+    return GroupEpisodes(episodes, handler, tokens, mask)
+
+
+class EpisodeDraw:
+    """Draws the next batch of examples and plays G episodes of each (a `Draw`).
+
+    Args:
+      data: prompt batches of the episodic task (their answers define the games).
+      rollout: the engine's rollout step with a `turns=` handler (`Steps.rollout`).
+      task: the episodic task.
+      tokenizer: decodes turns, encodes observations.
+      group_size: G, episodes per example.
+      settings: how episodes are played.
+      executor: steps environments (and starts them).
+    """
+
+    def __init__(
+        self,
+        data: Iterator[dict[str, Any]],
+        rollout: TurnsRolloutFn,
+        task: Task,
+        tokenizer: Tokenizer,
+        group_size: int,
+        settings: EpisodeSettings,
+        executor: concurrent.futures.Executor,
+    ):
+        self.data, self.rollout, self.task = data, rollout, task
+        self.tokenizer, self.group_size = tokenizer, group_size
+        self.settings, self.executor = settings, executor
+
+    def __call__(self, policies: Policies, step: int, attempt: int) -> Drawn:
+        del step  # the rollout's key comes from the state's step and the attempt
+        prompts = next(self.data)
+        start = time.perf_counter()
+        group = start_group_episodes(
+            self.task,
+            decode_answers(prompts),
+            self.group_size,
+            self.tokenizer,
+            self.settings,
+            self.executor,
+        )
+        out = self.rollout(
+            policies.sampler, group.prompt_tokens, group.prompt_mask, attempt, turns=group.handler
+        )
+        rows, metrics = episode_batch(
+            out, group.results(), prompts["index"], self.group_size, self.task.max_turns
+        )
+        metrics["time/rollout_s"] = time.perf_counter() - start
+        return Drawn(prompts, rows, metrics)
+
+    def step_metrics(self) -> dict[str, float]:
+        return {}
+
+
+def episode_batch(
+    out: Rollout,
+    results: Sequence[EpisodeResult],
+    prompt_ids: np.ndarray,
+    group_size: int,
+    max_turns: int,
+) -> tuple[HostBatch, dict[str, float]]:
+    """The HostBatch of a multi-turn rollout and its episodes (`max_turns` columns of turn
+    rewards), and their metrics (`rljax.envs.tally` and env/success, the fraction that ended
+    done)."""
+    mask = np.asarray(out.completion_mask)
+    fields = episode_fields(results, mask, max_turns)
+    rows = HostBatch.from_rollout(out, prompt_ids, fields["rewards"], group_size).with_rows(
+        turn_rewards=fields["turn_rewards"], num_turns=fields["num_turns"]
+    )
+    metrics = tally(results)
+    metrics["env/success"] = float(fields["episode_success"].mean())
+    return rows, metrics
+
+
+def scripted_episode_rows(
+    task: Task,
+    tokenizer: Tokenizer,
+    settings: EpisodeSettings,
+    width: int,
+    count: int,
+    seed: int,
+) -> dict[str, np.ndarray]:
+    """SFT rows of `count` train examples played by the task's expert policy: prompt tokens
+    and mask [count, settings.prompt_len], completion tokens, completion_mask (the expert's
+    turns and their EOS: the SFT targets) and env_mask (observations: context only)
+    [count, width].
+
+    Raises:
+      ValueError: if a scripted episode fails (its environment or expert is broken).
+    """
+    rng = np.random.default_rng(seed)
+    rows: list[dict[str, np.ndarray]] = []
+    firsts: list[str | None] = []
+    for index in range(count):
+        answer = task.example(index, "train")["answer"]
+        policy = task.expert_policy(rng)
+        seen: list[str] = []
+
+        def play(observations: list[str], policy=policy, seen=seen) -> str:
+            seen[:] = observations[:1]
+            return policy(observations)
+
+        result = run_episode(
+            task.make_env,
+            task.env_task(answer),
+            play,
+            max_turns=task.max_turns,
+            time_limit_s=settings.time_limit_s,
+        )
+        if result.failure in ("raised", "timeout", "garbage"):
+            raise ValueError(f"a scripted episode of example {index} failed: {result.error}")
+        rows.append(episode_row(result, tokenizer, settings.chat, width))
+        firsts.append(seen[0])
+    tokens, mask = episode_prompts(firsts, 1, tokenizer, settings.chat, settings.prompt_len)
+    out = {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+    return {"prompt_tokens": tokens, "prompt_mask": mask, **out}
+
+
+def sft_batches(rows: dict[str, np.ndarray], batch_size: int, seed: int) -> Iterator[dict]:
+    """Endless shuffled batches of `batch_size` rows (reshuffled each pass)."""
+    n = len(rows["prompt_tokens"])
+    if batch_size > n:
+        raise ValueError(f"sft.batch_size={batch_size} is more than the {n} scripted episodes")
+    rng = np.random.default_rng(seed)
+    while True:
+        order = rng.permutation(n)
+        for start in range(0, n - batch_size + 1, batch_size):
+            take = order[start : start + batch_size]
+            yield {k: v[take] for k, v in rows.items()}
+
+
+def greedy_episodes(
+    engine: Engine,
+    params: nnx.State,
+    task: Task,
+    tokenizer: Tokenizer,
+    settings: EpisodeSettings,
+    answers: Sequence[str],
+    batch_size: int,
+    executor: concurrent.futures.Executor,
+) -> list[EpisodeResult]:
+    """One greedy episode per answer, `batch_size` at a time (the last batch padded)."""
+    results: list[EpisodeResult] = []
+    for start in range(0, len(answers), batch_size):
+        chunk = list(answers[start : start + batch_size])
+        real = len(chunk)
+        chunk += [chunk[-1]] * (batch_size - real)
+        group = start_group_episodes(task, chunk, 1, tokenizer, settings, executor)
+        key = jax.random.PRNGKey(0)
+        generate_turns(engine, params, group.prompt_tokens, group.prompt_mask, key, group.handler)
+        results += group.results()[:real]
+    return results
+
+
+def episode_eval_metrics(results: Sequence[EpisodeResult]) -> dict[str, float]:
+    """eval/accuracy (the fraction of episodes that ended done, e.g. won), eval/reward (mean
+    total reward), eval/mean_turns and eval/failed/<kind> counts."""
+    metrics = tally(results)
+    return {
+        "eval/accuracy": float(np.mean([r.failure is None for r in results])),
+        "eval/reward": metrics["env/mean_reward"],
+        "eval/mean_turns": metrics["env/mean_turns"],
+        **{
+            k.replace("env/", "eval/"): v for k, v in metrics.items() if k.startswith("env/failed/")
+        },
+    }
+
+
+def run_engine(
+    graphdef: nnx.GraphDef,
+    model_config: TransformerConfig,
+    rollout_config: RolloutConfig,
+    sampling: SamplingParams | None = None,
+) -> Engine:
+    """An engine with the run's budget, EOS ids, stop rule and schedule, sampling as the run
+    does or as `sampling` says (greedy evaluation: `SamplingParams(greedy=True)`)."""
+    rc = rollout_config
+    return Engine(
+        graphdef,
+        model_config,
+        max_new_tokens=rc.max_new_tokens,
+        eos_ids=(rc.eos_id, *rc.extra_eos_ids),
+        pad_id=rc.pad_id,
+        sampling=rc.sampling if sampling is None else sampling,
+        engine=rc.engine or EngineConfig(),
+        stop=rc.stop,
+    )
+
+
+def episodic_warm_start(
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    task: Task,
+    prompts: Prompts,
+    config: ConfigDict,
+    log: Callable[[int, dict[str, Any]], None],
+    mesh: Mesh,
+) -> nnx.State:
+    """SFT on scripted episodes (`sft.*`): the expert's turns are the targets, the
+    observations context; logs sft/loss at negative steps, as `prompts.warm_start` does."""
+    s = config.sft
+    count = max(s.batch_size, min(s.steps * s.batch_size, _SFT_EPISODES))
+    rows = scripted_episode_rows(
+        task,
+        prompts.tokenizer,
+        EpisodeSettings.from_config(config),
+        config.rollout.max_new_tokens,
+        count,
+        seed=config.seed + 1,
+    )
+    batches = sft_batches(rows, s.batch_size, config.seed + 1)
+    return sft_on_batches(graphdef, params, batches, config, log, mesh)
+
+
+def episodic_eval(
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    task: Task,
+    prompts: Prompts,
+    config: ConfigDict,
+    mesh: Mesh | None = None,
+) -> dict[str, float]:
+    """Greedy episodes on the first `task.eval_size` test examples (`episode_eval_metrics`);
+    one process (`mesh` must be None)."""
+    if mesh is not None:
+        raise ValueError("episodic tasks are evaluated on one process")
+    settings = EpisodeSettings.from_config(config)
+    tokenizer = prompts.tokenizer
+    model_config = nnx.merge(graphdef, params).config
+    rollout_config = build_rollout_config(config, tokenizer)
+    engine = run_engine(graphdef, model_config, rollout_config, SamplingParams(greedy=True))
+    answers = [task.example(i, "test")["answer"] for i in range(config.task.eval_size)]
+    batch = min(len(answers), config.train.prompts_per_step)
+    with concurrent.futures.ThreadPoolExecutor(settings.workers) as executor:
+        results = greedy_episodes(
+            engine, params, task, tokenizer, settings, answers, batch, executor
+        )
+    return episode_eval_metrics(results)
