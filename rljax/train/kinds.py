@@ -79,13 +79,13 @@ def _causal_steps(
     )
 
 
-def _causal_warm_start(graphdef, params, task, prompts, config, log, mesh):
+def causal_warm_start(graphdef, params, task, prompts, config, log, mesh):
     """SFT on the task's targets, or on scripted episodes for an episodic task."""
     start = episodic_warm_start if is_episodic(task) else warm_start
     return start(graphdef, params, task, prompts, config, log, mesh)
 
 
-def _causal_eval(graphdef, params, task, prompts, config, mesh=None) -> dict[str, float]:
+def causal_evaluate(graphdef, params, task, prompts, config, mesh=None) -> dict[str, float]:
     """Greedy accuracy on held-out problems, or the greedy episodes' success rate."""
     evaluate = episodic_eval if is_episodic(task) else greedy_eval
     return evaluate(graphdef, params, task, prompts, config, mesh)
@@ -95,8 +95,8 @@ CAUSAL = PolicyKind(
     build_policy=build_policy,
     build_algorithm=lambda config, model_config: build_algorithm(config, model_config.vocab_size),
     build_train_state=build_train_state,
-    warm_start=_causal_warm_start,
-    evaluate=_causal_eval,
+    warm_start=causal_warm_start,
+    evaluate=causal_evaluate,
     make_steps=_causal_steps,
     build_collector=build_collector,
 )

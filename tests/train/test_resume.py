@@ -101,8 +101,8 @@ LORA = (
     "--config.sft.steps=0",
     "--config.algorithm.kl_coef=0.05",
 )
-# Multi-turn episodes (configs/agent_guess_number.py): the kill lands while environments
-# step on their worker threads and the engine decodes the other episodes.
+# Multi-turn episodes (configs/agent_guess_number.py): the kill lands in step 3's rollout,
+# while environments step on their worker threads between the engine's decode calls.
 AGENT = ("--config.sft.steps=20",)
 # Where each recipe's run is killed, in turn, before the last resume. GRPO: in step 3's
 # rollout and in step 4's update (both after the step-2 checkpoint), then while the step-4
@@ -110,7 +110,7 @@ AGENT = ("--config.sft.steps=20",)
 RECIPES = {
     "grpo": ("configs/grpo_addition.py", (), ("3:rollout", "4:update", "4:checkpoint")),
     "uec_rl": ("configs/uec_rl_addition.py", UEC, ("2:saved",)),
-    "agent": ("configs/agent_guess_number.py", AGENT, ("3:rollout", "4:update")),
+    "agent": ("configs/agent_guess_number.py", AGENT, ("3:rollout",)),
     "diffusion": ("configs/diffusion_lm.py", DIFFUSION, ("4:update",)),
     "samplers": ("configs/grpo_addition.py", SAMPLERS, ("2:saved",)),
     # Bounded staleness: step 3 samples with the parameters of step 1, which only the
