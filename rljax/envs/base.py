@@ -70,6 +70,12 @@ class EpisodeResult(NamedTuple):
     failure: str | None
     error: str | None
 
+    @property
+    def errored(self) -> bool:
+        """Whether the environment failed ("raised", "timeout", "garbage"): the episode then
+        scores 0; running out of turns or token budget is not an error."""
+        return self.failure is not None and self.failure not in _NOT_ERRORS
+
 
 class _Failure(Exception):
     """An environment call failed; `kind` is one of `EPISODE_FAILURE_KINDS`."""
@@ -215,9 +221,10 @@ class Episode:
     def result(self) -> EpisodeResult:
         """The episode so far: on "raised", "timeout" or "garbage" total reward 0 and a
         one-line error; otherwise the sum of the rewards."""
-        errored = self.failure is not None and self.failure not in _NOT_ERRORS
-        total = 0.0 if errored else sum(step.reward for _, step in self.turns)
-        return EpisodeResult(list(self.turns), total, self.failure, self.error)
+        result = EpisodeResult(list(self.turns), 0.0, self.failure, self.error)
+        if result.errored:
+            return result
+        return result._replace(total_reward=sum(step.reward for _, step in self.turns))
 
 
 def run_episode(

@@ -21,8 +21,6 @@ from rljax.envs.base import Episode, EpisodeResult
 from rljax.envs.chat import ChatFormat
 from rljax.models.tokenizer import Tokenizer
 
-_ERRORS = ("raised", "timeout", "garbage")
-
 
 class EpisodeTurns:
     """A `rljax.rollout.turns.TurnHandler` over `episodes` (row i plays `episodes[i]`, already
@@ -122,7 +120,7 @@ def episode_fields(
     n = len(results)
     turn_rewards = np.zeros((n, max_turns), np.float32)
     for i, result in enumerate(results):
-        if result.failure not in _ERRORS:
+        if not result.errored:
             rewards = [step.reward for _, step in result.turns][:max_turns]
             turn_rewards[i, : len(rewards)] = rewards
     return {

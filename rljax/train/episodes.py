@@ -32,7 +32,7 @@ from rljax.envs.base import Episode, EpisodeResult, run_episode, tally
 from rljax.envs.chat import ChatFormat, get_chat_format
 from rljax.envs.episodes import EpisodeTurns, episode_fields, episode_row, start_episodes
 from rljax.models.config import TransformerConfig
-from rljax.models.tokenizer import Tokenizer
+from rljax.models.tokenizer import Tokenizer, encode_prompts
 from rljax.rollout.engine import Engine, EngineConfig
 from rljax.rollout.sampler import Rollout
 from rljax.rollout.sampling import SamplingParams
@@ -101,24 +101,19 @@ def episode_prompts(
       ValueError: if one group's resets gave different observations, or a prompt is longer
         than `width` (`task.max_prompt_len`).
     """
-    groups = [firsts[i : i + group_size] for i in range(0, len(firsts), group_size)]
-    tokens = np.full((len(groups), width), tokenizer.pad_id, np.int32)
-    mask = np.zeros((len(groups), width), bool)
-    for i, group in enumerate(groups):
-        seen = {first for first in group if first is not None}
+    texts = []
+    for start in range(0, len(firsts), group_size):
+        seen = {first for first in firsts[start : start + group_size] if first is not None}
         if len(seen) > 1:
             raise ValueError(
                 f"the {group_size} episodes of one example started with different observations "
                 f"{sorted(seen)[:2]}: an episodic task's reset must be deterministic in its task"
             )
-        ids = tokenizer.encode(chat.render_prompt(seen.pop() if seen else ""))
-        if len(ids) > width:
-            raise ValueError(
-                f"an episode's first prompt has {len(ids)} tokens; task.max_prompt_len={width}"
-            )
-        tokens[i, width - len(ids) :] = ids
-        mask[i, width - len(ids) :] = True
-    return tokens, mask
+        texts.append(chat.render_prompt(seen.pop() if seen else ""))
+    try:
+        return encode_prompts(tokenizer, texts, width, add_bos=False)
+    except ValueError as err:
+        raise ValueError(f"an episode's first prompt: {err} (task.max_prompt_len={width})") from err
 
 
 class GroupEpisodes(NamedTuple):
@@ -266,7 +261,7 @@ def scripted_episode_rows(
             max_turns=task.max_turns,
             time_limit_s=settings.time_limit_s,
         )
-        if result.failure in ("raised", "timeout", "garbage"):
+        if result.errored:
             raise ValueError(f"a scripted episode of example {index} failed: {result.error}")
         rows.append(episode_row(result, tokenizer, settings.chat, width))
         firsts.append(seen[0])
