@@ -76,6 +76,13 @@ class EpisodeResult(NamedTuple):
         scores 0; running out of turns or token budget is not an error."""
         return self.failure is not None and self.failure not in _NOT_ERRORS
 
+    @property
+    def success(self) -> bool:
+        """Whether the episode ended done and its last step did not report
+        `info["success"] = False` (an environment that ends on a wrong final answer says so;
+        one that ends only on a win need not)."""
+        return self.failure is None and bool(self.turns[-1][1].info.get("success", True))
+
 
 class _Failure(Exception):
     """An environment call failed; `kind` is one of `EPISODE_FAILURE_KINDS`."""

@@ -115,7 +115,7 @@ def episode_fields(
       reward for the step after each turn; all 0 for an episode that failed with an error, as
       its total is), num_turns [N] (policy turns in the row, counted from the mask: a turn
       whose step failed or that ran out of budget is still one) and episode_success [N] (1.0
-      when the episode ended done, without failure).
+      where `EpisodeResult.success`).
     """
     n = len(results)
     turn_rewards = np.zeros((n, max_turns), np.float32)
@@ -127,7 +127,7 @@ def episode_fields(
         "rewards": np.asarray([r.total_reward for r in results], np.float32),
         "turn_rewards": turn_rewards,
         "num_turns": policy_turns(completion_mask).astype(np.int32),
-        "episode_success": np.asarray([r.failure is None for r in results], np.float32),
+        "episode_success": np.asarray([r.success for r in results], np.float32),
     }
 
 

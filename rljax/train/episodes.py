@@ -25,6 +25,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 from ml_collections import ConfigDict
+from tqdm.auto import tqdm
 
 from rljax.data import decode_answers
 from rljax.data.tasks import Task
@@ -214,8 +215,8 @@ def episode_batch(
     max_turns: int,
 ) -> tuple[HostBatch, dict[str, float]]:
     """The HostBatch of a multi-turn rollout and its episodes (`max_turns` columns of turn
-    rewards), and their metrics (`rljax.envs.tally` and env/success, the fraction that ended
-    done)."""
+    rewards), and their metrics (`rljax.envs.tally` and env/success, the fraction of successful
+    episodes)."""
     mask = np.asarray(out.completion_mask)
     fields = episode_fields(results, mask, max_turns)
     rows = HostBatch.from_rollout(out, prompt_ids, fields["rewards"], group_size).with_rows(
@@ -245,7 +246,15 @@ def scripted_episode_rows(
     rng = np.random.default_rng(seed)
     rows: list[dict[str, np.ndarray]] = []
     firsts: list[str | None] = []
-    for index in range(count):
+    # One after the other: the expert draws from one generator in the order it plays.
+    bar = tqdm(
+        range(count),
+        desc="scripted episodes",
+        unit="episode",
+        dynamic_ncols=True,
+        disable=jax.process_index() != 0,
+    )
+    for index in bar:
         answer = task.example(index, "train")["answer"]
         policy = task.expert_policy(rng)
         seen: list[str] = []
@@ -307,11 +316,12 @@ def greedy_episodes(
 
 
 def episode_eval_metrics(results: Sequence[EpisodeResult]) -> dict[str, float]:
-    """eval/accuracy (the fraction of episodes that ended done, e.g. won), eval/reward (mean
-    total reward), eval/mean_turns and eval/failed/<kind> counts."""
+    """eval/accuracy (the fraction of successful episodes, `EpisodeResult.success`: won,
+    answered right), eval/reward (mean total reward), eval/mean_turns and eval/failed/<kind>
+    counts."""
     metrics = tally(results)
     return {
-        "eval/accuracy": float(np.mean([r.failure is None for r in results])),
+        "eval/accuracy": float(np.mean([r.success for r in results])),
         "eval/reward": metrics["env/mean_reward"],
         "eval/mean_turns": metrics["env/mean_turns"],
         **{

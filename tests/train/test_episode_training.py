@@ -16,7 +16,7 @@ from rljax.config import default_config
 from rljax.core import keys
 from rljax.core.batch import make_batch
 from rljax.core.transform import Context
-from rljax.data.tasks import AdditionTask, get_task
+from rljax.data.tasks import AdditionTask, ToolArithmeticTask, get_task
 from rljax.envs import EpisodeResult, GuessNumber, Step, run_episode
 from rljax.envs.chat import CHAT_FORMATS
 from rljax.envs.guess_number import GuessNumberTask
@@ -44,6 +44,8 @@ def test_guess_number_is_registered_and_episodic():
     task = get_task("guess_number", seed=3, max_turns=5)
     assert isinstance(task, GuessNumberTask) and task.max_turns == 5
     assert is_episodic(task) and not is_episodic(AdditionTask())
+    tool = get_task("tool_arithmetic", max_turns=4, expert="tool")
+    assert isinstance(tool, ToolArithmeticTask) and is_episodic(tool) and tool.max_turns == 4
 
 
 def test_scripted_rows_replay_the_experts_games():
@@ -99,6 +101,11 @@ def test_eval_metrics_count_wins_turns_and_failures():
     assert metrics["eval/accuracy"] == pytest.approx(1 / 3)
     assert metrics["eval/reward"] == pytest.approx(1 / 3)
     assert metrics["eval/mean_turns"] == pytest.approx(2.0)
+    # An episode that ended done on a wrong final answer says so in its last step's info.
+    wrong = EpisodeResult([("a", Step("", 0.0, True, {"success": False}))], 0.0, None, None)
+    metrics = episode_eval_metrics([*results, wrong])
+    assert metrics["eval/accuracy"] == pytest.approx(1 / 4)
+    assert metrics["eval/mean_turns"] == pytest.approx(7 / 4)
     assert metrics["eval/failed/turn_limit"] == 1 and metrics["eval/failed/timeout"] == 1
 
 

@@ -104,11 +104,12 @@ LORA = (
 # Multi-turn episodes (configs/agent_guess_number.py): the kill lands in step 3's rollout,
 # while environments step on their worker threads between the engine's decode calls.
 AGENT = ("--config.sft.steps=20",)
-# Where each recipe's run is killed, in turn, before the last resume. GRPO: in step 3's
-# rollout and in step 4's update (both after the step-2 checkpoint), then while the step-4
-# checkpoint is being written in the background, which must not be picked up half-written.
+# Where each recipe's run is killed, in turn, before the last resume. GRPO: in step 4's
+# update (after the step-2 checkpoint), then while the step-4 checkpoint is being written in
+# the background, which must not be picked up half-written. (Kills in a rollout: "agent" and
+# "staleness" below, the latter on the same GRPO recipe.)
 RECIPES = {
-    "grpo": ("configs/grpo_addition.py", (), ("3:rollout", "4:update", "4:checkpoint")),
+    "grpo": ("configs/grpo_addition.py", (), ("4:update", "4:checkpoint")),
     "uec_rl": ("configs/uec_rl_addition.py", UEC, ("2:saved",)),
     "agent": ("configs/agent_guess_number.py", AGENT, ("3:rollout",)),
     "diffusion": ("configs/diffusion_lm.py", DIFFUSION, ("4:update",)),

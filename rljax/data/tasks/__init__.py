@@ -6,10 +6,12 @@ import difflib
 from typing import Any, Protocol, runtime_checkable
 
 from rljax.data.tasks.addition import AdditionTask
+from rljax.data.tasks.code_feedback import CodeFeedbackTask
 from rljax.data.tasks.countdown import CountdownTask
 from rljax.data.tasks.gaussian_mixture import GaussianMixtureTask
 from rljax.data.tasks.local import LocalTask
 from rljax.data.tasks.logic import LogicTask
+from rljax.data.tasks.tool_arithmetic import ToolArithmeticTask
 from rljax.data.tasks.word_problems import WordProblemTask
 from rljax.envs.guess_number import GuessNumberTask
 
@@ -46,11 +48,13 @@ class Task(Protocol):
 # Every built-in task, by `task.name`.
 TASKS: dict[str, type] = {
     "addition": AdditionTask,
+    "code_feedback": CodeFeedbackTask,
     "countdown": CountdownTask,
     "gaussian_mixture": GaussianMixtureTask,
     "guess_number": GuessNumberTask,
     "local": LocalTask,
     "logic": LogicTask,
+    "tool_arithmetic": ToolArithmeticTask,
     "word_problems": WordProblemTask,
 }
 
@@ -69,11 +73,13 @@ def get_task(name: str, **kwargs: Any) -> Task:
 
 __all__ = [
     "AdditionTask",
+    "CodeFeedbackTask",
     "CountdownTask",
     "GaussianMixtureTask",
     "LocalTask",
     "LogicTask",
     "TASKS",
+    "ToolArithmeticTask",
     "Task",
     "WordProblemTask",
     "get_task",
