@@ -9,7 +9,9 @@ write a second program. Reward 1 when a program passes, at the end.
 
 The SFT warm start imitates a player who reads the report in half of its episodes and guesses
 again in the other half (it passes about 60% of the problems); RL then has to learn that
-reading the feedback is what passes.
+reading the feedback is what passes. Measured (README, "Multi-turn agents"): not yet. The
+warm start leaves the copy weak (greedy success 0.25), and 100 steps move sampled success
+only from 0.19 to 0.25.
 
   python -m launchers.train --config=configs/agent_code_feedback.py
 """

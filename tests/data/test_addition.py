@@ -23,7 +23,11 @@ def test_is_a_task_and_registered():
 
 def test_unknown_task_lists_known_names():
     with pytest.raises(
-        ValueError, match=r"did you mean 'addition'.*known tasks: \['addition', 'countdown', .*\]"
+        ValueError,
+        match=(
+            r"did you mean 'addition'.*"
+            r"known tasks: \['addition', 'code_feedback', 'countdown', .*\]"
+        ),
     ):
         get_task("addtion")
 
