@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from rljax.data.tasks.generated import GeneratedSplits
 from rljax.envs.base import Policy
 from rljax.envs.code_feedback import CodeFeedback
 
@@ -66,11 +67,12 @@ def code_feedback_expert(kind: str, rng: np.random.Generator) -> Policy:
 
 
 @dataclasses.dataclass(frozen=True)
-class CodeFeedbackTask:
+class CodeFeedbackTask(GeneratedSplits):
     """CodeFeedback on secret-constant functions (`task.name="code_feedback"`).
 
     An example's answer is "<kind>;<secret>" ("add;7") and its prompt the kind's request; the
-    test split draws from another seed (19 problems in all: what is held out is the draw).
+    test split draws from another seed (19 problems in all: what is held out is the draw), so
+    of `GeneratedSplits` it takes the split sizes and seeding, not the hashed split.
 
     Attributes:
       max_turns: programs per episode (2: one revision).
@@ -85,7 +87,6 @@ class CodeFeedbackTask:
     timeout_s: float = 2.0
     seed: int = 0
     test_size: int = 256
-    splits = ("train", "test")
 
     def __post_init__(self):
         if self.max_turns < 1 or self.test_size < 1 or not self.timeout_s > 0:
@@ -95,19 +96,9 @@ class CodeFeedbackTask:
             )
         code_feedback_expert(self.expert, np.random.default_rng(0))  # checks the kind
 
-    def split_size(self, split: str) -> int | None:
-        """None (unbounded) for train, `test_size` for test."""
-        self._split_id(split)
-        return None if split == "train" else self.test_size
-
-    def _split_id(self, split: str) -> int:
-        if split not in self.splits:
-            raise ValueError(f"split={split!r} is not one of {self.splits}")
-        return self.splits.index(split)
-
     def example(self, index: int, split: str) -> dict[str, str]:
         """dict(prompt=the request, answer="<kind>;<secret>"), from (seed, split, index)."""
-        rng = np.random.default_rng([self.seed, self._split_id(split), index])
+        rng = self.example_rng(index, split)
         kind = sorted(_KINDS)[int(rng.integers(len(_KINDS)))]
         low, high = _KINDS[kind][4]
         answer = f"{kind};{int(rng.integers(low, high + 1))}"
