@@ -38,12 +38,18 @@ TEMPLATES = (
 _OPERATORS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 
 
-def problem_answer(problem: str) -> int:
-    """The value of a problem written "a<op>b" (op one of + - *), e.g. "347+589" -> 936."""
+def split_problem(problem: str) -> tuple[str, str, str]:
+    """(a, op, b) of a problem written "a<op>b" (op one of + - *), e.g. "347+589"."""
     match = re.fullmatch(r"(\d+)([-+*])(\d+)", problem)
     if not match:
         raise ValueError(f"problem {problem!r} is not written 'a+b', 'a-b' or 'a*b'")
     a, op, b = match.groups()
+    return a, op, b
+
+
+def problem_answer(problem: str) -> int:
+    """The value of a problem written "a<op>b", e.g. "347+589" -> 936."""
+    a, op, b = split_problem(problem)
     return _OPERATORS[op](int(a), int(b))
 
 

@@ -16,6 +16,7 @@ from rljax.envs.tool_arithmetic import (
     calculator_call,
     problem_answer,
     question_problem,
+    split_problem,
     tool_arithmetic_expert,
 )
 from rljax.models.tokenizer import ByteTokenizer
@@ -101,6 +102,9 @@ def test_turn_limit_and_step_outside_an_episode():
 
 def test_problems_and_questions():
     assert [problem_answer(p) for p in ("626+355", "70-9", "12*11")] == [981, 61, 132]
+    assert split_problem("70-9") == ("70", "-", "9")
+    with pytest.raises(ValueError, match="a\\+b"):
+        split_problem("-7+2")
     with pytest.raises(ValueError, match="a\\+b"):
         problem_answer("6/3")
     assert question_problem(TASK["question"]) == "626+355"

@@ -16,11 +16,11 @@ from rljax.envs.tool_arithmetic import (
     TEMPLATES,
     ToolArithmetic,
     problem_answer,
+    split_problem,
     tool_arithmetic_expert,
 )
 
 _MAX_DRAWS = 1000
-_DIGITS = re.compile(r"\d+")
 _INTEGER = re.compile(r"-?\d+")
 # Names of 3 letters and items of 5: with fixed-width operands, every number of a template's
 # question sits at the same distance from the question's end.
@@ -104,8 +104,7 @@ class ToolArithmeticTask(GeneratedSplits):
     def env_task(self, answer: str) -> dict[str, Any]:
         """The episode of the example whose answer is `answer`: its question and value."""
         problem, name, item = answer.split(";")
-        a, b = _DIGITS.findall(problem)
-        op = problem[len(a)]
+        a, op, b = split_problem(problem)
         text = next(text for o, text in TEMPLATES if o == op)
         question = text.format(n=name, i=item, a=a, b=b)
         return {"question": question, "answer": problem_answer(problem)}
