@@ -2,6 +2,10 @@
 
 from setuptools import find_packages, setup
 
+# Other projects' environment APIs (rljax.envs.gymnasium_env, rljax.envs.skyrl_gym_env), pinned:
+# the adapters are tested against these versions.
+ENV_ADAPTERS = ["gymnasium==1.4.0", "skyrl-gym==0.4.0"]
+
 setup(
     name="rljax",
     version="0.1.0",
@@ -43,7 +47,9 @@ setup(
             "matplotlib>=3.8",
             "scipy>=1.13",  # exact integrals and chi-square tests (tests/diffusion)
             "ruff>=0.6",
+            *ENV_ADAPTERS,
         ],
+        "envs": ENV_ADAPTERS,
         # Parity tests against Hugging Face transformers on the CPU torch wheel.
         "hf": [
             "torch==2.13.0",

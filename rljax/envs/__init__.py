@@ -13,6 +13,7 @@ from rljax.envs.base import (
     Policy,
     SingleTurn,
     Step,
+    one_turn_reward,
     run_episode,
     tally,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "Policy",
     "SingleTurn",
     "Step",
+    "one_turn_reward",
     "run_episode",
     "tally",
     "GuessNumber",

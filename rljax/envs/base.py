@@ -258,6 +258,21 @@ def run_episode(
     return episode.result()
 
 
+def one_turn_reward(
+    make_env: Callable[[], Environment],
+    task: Mapping[str, Any],
+    action: str,
+    time_limit_s: float = 60.0,
+) -> float:
+    """The total reward of a contained episode of `make_env()` on `task` cut off after one
+    turn that plays `action` (0 when the environment fails): the single-turn `Task.reward` of
+    an episodic task."""
+    result = run_episode(
+        make_env, task, lambda observations: action, max_turns=1, time_limit_s=time_limit_s
+    )
+    return result.total_reward
+
+
 def tally(results: Sequence[EpisodeResult]) -> dict[str, float]:
     """Metrics of a batch of episodes: `env/episodes`, `env/failed/<kind>` for every kind of
     `EPISODE_FAILURE_KINDS` (0 included, so curves start at 0), `env/mean_turns`, `env/mean_reward`

@@ -410,7 +410,11 @@ def _load_policy(
 
 def build_task(config: ConfigDict) -> Task:
     """The task named by `task.name`, with its own `task.*` settings and the run seed."""
-    kwargs = {k: v for k, v in config.task.items() if k not in TASK_RUN_KEYS}
+    kwargs = {
+        k: v.to_dict() if isinstance(v, ConfigDict) else v
+        for k, v in config.task.items()
+        if k not in TASK_RUN_KEYS
+    }
     return get_task(config.task.name, seed=config.seed, **kwargs)
 
 

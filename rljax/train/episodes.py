@@ -393,6 +393,11 @@ def episodic_eval(
     model_config = nnx.merge(graphdef, params).config
     rollout_config = build_rollout_config(config, tokenizer)
     engine = run_engine(graphdef, model_config, rollout_config, SamplingParams(greedy=True))
+    size = task.split_size("test")
+    if size is not None and config.task.eval_size > size:
+        raise ValueError(
+            f"task.eval_size={config.task.eval_size} is more than the {size} test examples"
+        )
     answers = [task.example(i, "test")["answer"] for i in range(config.task.eval_size)]
     batch = min(len(answers), config.train.prompts_per_step)
     with concurrent.futures.ThreadPoolExecutor(settings.workers) as executor:

@@ -100,10 +100,10 @@ def test_a_task_setting_the_config_file_does_not_set_says_it_needs_a_config_file
     with pytest.raises(SystemExit) as stop:
         _parse(recipe, "--config.task.name=local", "--config.task.train_path=rows.jsonl")
     assert stop.value.code == (
-        f"error: task.train_path is a setting of task 'local', but the task section of {recipe} "
-        "(task 'addition') does not set it; command-line overrides only change keys the config "
-        "file sets, so set task.name and task.train_path together in a config file (e.g. a copy "
-        f"of {recipe})"
+        "error: task.train_path is a setting of task 'local' or 'skyrl_gym', but the task "
+        f"section of {recipe} (task 'addition') does not set it; command-line overrides only "
+        "change keys the config file sets, so set task.name and task.train_path together in a "
+        f"config file (e.g. a copy of {recipe})"
     )
     # A typo of the file's own task setting keeps ml_collections' suggestion.
     with pytest.raises(SystemExit, match='unknown config key .*Did you mean "max_digits"'):

@@ -9,8 +9,10 @@ from rljax.data.tasks.addition import AdditionTask
 from rljax.data.tasks.code_feedback import CodeFeedbackTask
 from rljax.data.tasks.countdown import CountdownTask
 from rljax.data.tasks.gaussian_mixture import GaussianMixtureTask
+from rljax.data.tasks.gymnasium_task import GymnasiumTask
 from rljax.data.tasks.local import LocalTask
 from rljax.data.tasks.logic import LogicTask
+from rljax.data.tasks.skyrl_task import SkyRLTask
 from rljax.data.tasks.tool_arithmetic import ToolArithmeticTask
 from rljax.data.tasks.word_problems import WordProblemTask
 from rljax.envs.guess_number import GuessNumberTask
@@ -52,8 +54,10 @@ TASKS: dict[str, type] = {
     "countdown": CountdownTask,
     "gaussian_mixture": GaussianMixtureTask,
     "guess_number": GuessNumberTask,
+    "gymnasium": GymnasiumTask,
     "local": LocalTask,
     "logic": LogicTask,
+    "skyrl_gym": SkyRLTask,
     "tool_arithmetic": ToolArithmeticTask,
     "word_problems": WordProblemTask,
 }
@@ -76,8 +80,10 @@ __all__ = [
     "CodeFeedbackTask",
     "CountdownTask",
     "GaussianMixtureTask",
+    "GymnasiumTask",
     "LocalTask",
     "LogicTask",
+    "SkyRLTask",
     "TASKS",
     "ToolArithmeticTask",
     "Task",

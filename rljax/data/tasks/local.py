@@ -15,7 +15,6 @@ moves old rows between splits nor changes their indices (rows keep their file or
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import unicodedata
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from rljax.data.array_record import ArrayRecordRows
-from rljax.data.tasks.split_hash import unit_hash
+from rljax.data.tasks.split_hash import text_hash, unit_hash
 from rljax.rewards.code import CodeReward, code_reward, token_level_rewards
 from rljax.rewards.math import last_boxed, math_reward
 
@@ -146,11 +145,6 @@ def normalize_text(text: str) -> str:
 def exact_match_reward(completion: str, answer: str) -> float:
     """1.0 if the completion equals the answer after `normalize_text`, else 0.0."""
     return 1.0 if normalize_text(completion) == normalize_text(answer) else 0.0
-
-
-def _text_hash(text: str) -> int:
-    """A 64-bit integer hash of `text`, the same on every machine and Python run."""
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -371,7 +365,7 @@ class LocalTask:
         return {"prompt": prompt, "answer": json.dumps(reference)}
 
     def _in_test(self, example: dict[str, str]) -> bool:
-        return unit_hash(self.seed, _text_hash(example["prompt"])) < self.test_fraction
+        return unit_hash(self.seed, text_hash(example["prompt"])) < self.test_fraction
 
     def _open(self, path: str | None, key: str) -> tuple[str, str]:
         """(path, format) of a configured file; raises naming the config key if it is missing."""

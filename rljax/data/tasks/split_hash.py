@@ -6,6 +6,8 @@ Python's salted `hash()`) keeps a held-out problem out of train for every seed a
 
 from __future__ import annotations
 
+import hashlib
+
 _MASK64 = (1 << 64) - 1
 
 
@@ -23,3 +25,8 @@ def unit_hash(first: int, *rest: int) -> float:
     for v in rest:
         h = mix64(h ^ v)
     return h / 2.0**64
+
+
+def text_hash(text: str) -> int:
+    """A 64-bit integer hash of `text`, the same on every machine and Python run."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
