@@ -421,6 +421,12 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
         ),
         "time_limit_s": Key(5.0, "limit on each environment call (reset, step)", gt=0),
         "workers": Key(8, "threads stepping environments while the engine decodes", min=1),
+        "isolation": Key(
+            "thread",
+            "where environments run: the trainer's threads, or a child process each, killed "
+            "at time_limit_s (rljax.envs.process_env)",
+            choices=("thread", "process"),
+        ),
         "overlap": Key(
             False,
             "decode while environments step (faster with slow ones; rollouts then depend on "

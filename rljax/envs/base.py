@@ -12,8 +12,9 @@ kind (`EPISODE_FAILURE_KINDS`), counted by `tally`; it never propagates. The tim
 enforced on each environment call (construction with `reset`, then each `step`) by running it
 in a daemon thread and abandoning it at the deadline. A thread cannot be killed: an abandoned
 call runs on until it returns (as with `rljax.rewards.pool`'s kind="thread"), so this limit
-bounds the episode's latency, not the work done; a process-based variant with a hard kill is
-future work. Exceptions from the policy are not contained: they are the trainer's own.
+bounds the episode's latency, not the work done; `rljax.envs.process_env` runs each
+environment in a process of its own, killed at the limit. Exceptions from the policy are not
+contained: they are the trainer's own.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ class Environment(Protocol):
     def step(self, action: str) -> Step:
         """Applies the policy's `action` (its decoded turn) and returns the outcome."""
         ...
+
+    # Optional: close() -> None, called once when the episode ends (not after a timeout,
+    # while a call may still be running), to release what the environment holds.
 
 
 Policy = Callable[[list[str]], str]
@@ -181,12 +185,12 @@ class Episode:
         """Builds and resets the environment: the first observation, or None if that failed
         (the episode is then over)."""
 
-        def start() -> tuple[Environment, Any]:
-            env = self.make_env()
-            return env, env.reset(self.task)
+        def start() -> str:
+            self._env = self.make_env()  # kept before reset, so that `_end` can close it
+            return self._env.reset(self.task)
 
         try:
-            self._env, first = _call_with_limit(start, self.time_limit_s, "reset")
+            first = _call_with_limit(start, self.time_limit_s, "reset")
             if not isinstance(first, str):
                 raise _Failure("garbage", f"reset returned {type(first).__name__}, not str")
         except _Failure as failure:
@@ -223,7 +227,15 @@ class Episode:
             self._end(kind, None)
 
     def _end(self, failure: str | None, error: str | None) -> None:
+        """Ends the episode and closes its environment (`close()`, when it has one and no
+        call of it is still running), contained like every call."""
         self.over, self.failure, self.error = True, failure, error
+        close = getattr(self._env, "close", None)
+        if failure != "timeout" and callable(close):
+            try:
+                _call_with_limit(close, self.time_limit_s, "close")
+            except _Failure:  # the episode is over; its outcome stands
+                pass
 
     def result(self) -> EpisodeResult:
         """The episode so far: on "raised", "timeout" or "garbage" total reward 0 and a

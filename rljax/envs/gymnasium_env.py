@@ -37,7 +37,7 @@ class GymnasiumText:
     """One Gymnasium environment with text observations and actions, as an `Environment`.
 
     Args:
-      env: a `gymnasium.Env` (closed when its episode ends).
+      env: a `gymnasium.Env`.
     """
 
     def __init__(self, env: Any):
@@ -55,13 +55,14 @@ class GymnasiumText:
         """One `env.step(action)`; `info` gains "truncated" (and "success": False when the
         episode was truncated and the environment did not say otherwise)."""
         observation, reward, terminated, truncated, info = self.env.step(action)
-        done = terminated or truncated
         info = {**info, "truncated": bool(truncated)}
         if truncated and not terminated:
             info.setdefault("success", False)
-        if done:
-            self.env.close()
-        return Step(observation, reward, done, info)
+        return Step(observation, reward, terminated or truncated, info)
+
+    def close(self) -> None:
+        """`env.close()` (the episode calls it when it ends)."""
+        self.env.close()
 
 
 def _make(env_id: str, kwargs: dict[str, Any]) -> GymnasiumText:

@@ -78,18 +78,20 @@ class SkyRLGymText:
 
     def step(self, action: str) -> Step:
         """One `env.step(action)`: its observation messages as text, its reward, done and
-        metadata (as `info`); the environment is closed when the episode ends."""
+        metadata (as `info`)."""
         if self.env is None:
             raise RuntimeError("SkyRLGymText.step before reset: call reset(task) first")
         out = self.env.step(action)
         if not isinstance(out, Mapping):
             raise TypeError(f"step returned {type(out).__name__}, not a mapping")
-        done = out.get("done")
-        if done:
-            self.env.close()
         return Step(
             conversation_text(out.get("observations") or []),
             out.get("reward"),
-            done,
+            out.get("done"),
             dict(out.get("metadata") or {}),
         )
+
+    def close(self) -> None:
+        """`env.close()` (the episode calls it when it ends)."""
+        if self.env is not None:
+            self.env.close()

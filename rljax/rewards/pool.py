@@ -89,8 +89,17 @@ def _run_rows(fn: Callable, batched: bool, rows: list[tuple[str, str, str]]) -> 
     return [check_value(v) for v in values]
 
 
-def _become_worker() -> None:
-    """A worker process's set-up: no SIGINT, death with its parent, JAX on the CPU only."""
+def process_context(start_method: str = "forkserver") -> Any:
+    """The multiprocessing context of contained worker processes; with "forkserver" its
+    server preloads rljax and the tasks, so a new worker starts in milliseconds."""
+    if start_method == "forkserver":  # imported once by the server, not per worker
+        multiprocessing.forkserver.set_forkserver_preload(_PRELOAD)
+    return multiprocessing.get_context(start_method)
+
+
+def become_worker() -> None:
+    """A worker process's set-up: no SIGINT, death with its parent, JAX on the CPU only
+    (call it first in the process's target)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
     try:
@@ -112,7 +121,7 @@ def _become_worker() -> None:
 
 def _serve_process(conn: multiprocessing.connection.Connection) -> None:
     """Worker process loop: (index, pickled fn or None, batched, rows) in, outcomes out."""
-    _become_worker()
+    become_worker()
     fn = None
     try:
         while (message := conn.recv()) is not None:
@@ -220,9 +229,7 @@ class RewardPool:
         self.kind, self.workers = kind, workers
         self._context = None
         if kind == "process":
-            if start_method == "forkserver":  # imported once by the server, not per worker
-                multiprocessing.forkserver.set_forkserver_preload(_PRELOAD)
-            self._context = multiprocessing.get_context(start_method)
+            self._context = process_context(start_method)
         self._pool: list[_Worker] = []
         # reward fn -> (index, what workers get: it or its pickle, the fn kept alive)
         self._fns: dict[Any, tuple[int, Any, Callable]] = {}

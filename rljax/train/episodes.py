@@ -29,9 +29,10 @@ from tqdm.auto import tqdm
 
 from rljax.data import decode_answers
 from rljax.data.tasks import Task
-from rljax.envs.base import Episode, EpisodeResult, run_episode, tally
+from rljax.envs.base import Environment, Episode, EpisodeResult, run_episode, tally
 from rljax.envs.chat import ChatFormat, get_chat_format
 from rljax.envs.episodes import EpisodeTurns, episode_fields, episode_row, start_episodes
+from rljax.envs.process_env import ISOLATIONS, process_factory
 from rljax.models.config import TransformerConfig
 from rljax.models.tokenizer import Tokenizer, encode_prompts
 from rljax.rollout.engine import Engine, EngineConfig
@@ -61,6 +62,8 @@ class EpisodeSettings:
       time_limit_s: limit on each environment call.
       workers: threads stepping environments.
       overlap: decode while environments step (`rljax.rollout.turns.TurnHandler.overlap`).
+      isolation: "thread" (environments in the trainer's threads) or "process" (a child
+        process each, killed at the time limit: `rljax.envs.process_env`).
     """
 
     chat: ChatFormat
@@ -68,6 +71,15 @@ class EpisodeSettings:
     time_limit_s: float = 5.0
     workers: int = 8
     overlap: bool = False
+    isolation: str = "thread"
+
+    def env_factory(self, task: Task) -> Callable[[], Environment]:
+        """The factory of `task`'s environments under this isolation."""
+        if self.isolation not in ISOLATIONS:
+            raise ValueError(f"env.isolation={self.isolation!r} is not one of {ISOLATIONS}")
+        if self.isolation == "process":
+            return process_factory(task.make_env, self.time_limit_s)
+        return task.make_env
 
     @classmethod
     def from_config(cls, config: ConfigDict) -> EpisodeSettings:
@@ -78,6 +90,7 @@ class EpisodeSettings:
             float(e.time_limit_s),
             int(e.workers),
             bool(e.overlap),
+            str(e.isolation),
         )
 
 
@@ -143,7 +156,7 @@ def start_group_episodes(
     """G started episodes of each example (by its answer), on `executor`."""
     tasks = [task.env_task(a) for a in answers for _ in range(group_size)]
     episodes, firsts = start_episodes(
-        task.make_env,
+        settings.env_factory(task),
         tasks,
         executor,
         max_turns=task.max_turns,
@@ -244,6 +257,7 @@ def scripted_episode_rows(
       ValueError: if a scripted episode fails (its environment or expert is broken).
     """
     rng = np.random.default_rng(seed)
+    make_env = settings.env_factory(task)
     rows: list[dict[str, np.ndarray]] = []
     firsts: list[str | None] = []
     # One after the other: the expert draws from one generator in the order it plays.
@@ -264,7 +278,7 @@ def scripted_episode_rows(
             return policy(observations)
 
         result = run_episode(
-            task.make_env,
+            make_env,
             task.env_task(answer),
             play,
             max_turns=task.max_turns,

@@ -142,6 +142,7 @@ ADDED_SINCE = {
     "env.time_limit_s": 5.0,
     "env.workers": 8,
     "env.overlap": False,
+    "env.isolation": "thread",
 }
 # Keys added with the diffusion policy on the driver (model.kind; the others are read by a
 # model.kind="diffusion" run only), at their defaults in a causal recipe.

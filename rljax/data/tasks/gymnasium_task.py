@@ -60,7 +60,7 @@ class GymnasiumTask(GeneratedSplits):
         try:
             prompt = env.reset(self.env_task(env_seed))
         finally:
-            env.env.close()
+            env.close()
         if not isinstance(prompt, str):
             raise ValueError(f"{self.env_id}: reset gave a {type(prompt).__name__}, not text")
         return {"prompt": prompt, "answer": env_seed}

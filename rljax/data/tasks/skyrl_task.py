@@ -13,6 +13,7 @@ on this task start without an SFT warm start (`sft.steps=0`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -54,6 +55,7 @@ class SkyRLTask:
                 "max_turns >= 1 and 0 < test_fraction < 1"
             )
         object.__setattr__(self, "rows", self._load())
+        object.__setattr__(self, "make_env", functools.partial(SkyRLGymText, self.env_config))
 
     def _read(self, path: str | None, key: str) -> list[dict[str, Any]]:
         if path is None or not os.path.isfile(path):
@@ -108,10 +110,6 @@ class SkyRLTask:
         """dict(prompt=the row's prompt messages as text, answer="<split>:<index>")."""
         row = self._split(split)[index]
         return {"prompt": conversation_text(row["prompt"]), "answer": f"{split}:{index}"}
-
-    def make_env(self) -> SkyRLGymText:
-        """A fresh adapter (its environment is made in `reset`, from the row)."""
-        return SkyRLGymText(self.env_config)
 
     def env_task(self, answer: str) -> dict[str, Any]:
         """The row of the example whose answer is `answer`."""
