@@ -42,7 +42,13 @@ from rljax.train.builders import (
 )
 from rljax.train.collector import Collector, GroupCollector
 from rljax.train.draws import RolloutDraw, WithFeedback, WithGreedyBaseline, WithRescue
-from rljax.train.episodes import EpisodeDraw, EpisodeSettings, is_episodic
+from rljax.train.episodes import (
+    EpisodeDraw,
+    EpisodeSettings,
+    WithGreedyEpisodes,
+    is_episodic,
+    run_engine,
+)
 from rljax.train.fresh_replay import ReplayCollector
 from rljax.train.sampler_mesh import SamplerDevices
 from rljax.train.staleness import SamplerPolicy
@@ -79,7 +85,9 @@ def build_collector(
     """
     t, r, n = config.train, config.rollout, config.rollout.n_samples
     if is_episodic(task):
-        return build_episode_collector(config, task, tokenizer, data, algorithm, steps)
+        return build_episode_collector(
+            config, task, tokenizer, data, algorithm, steps, graphdef, state
+        )
     scorer = build_scorer(config)
     batch_split = mesh.shape["data"] * mesh.shape["fsdp"]
     shardings = mesh_shardings(state, mesh)
@@ -155,38 +163,48 @@ def build_episode_collector(
     data: Iterator[dict[str, Any]],
     algorithm: Algorithm,
     steps: Steps,
+    graphdef: nnx.GraphDef,
+    state: TrainState,
 ) -> Collector:
     """G episodes of each example, played by the rollout engine (`rljax.train.episodes`),
-    with DAPO's refill and bounded staleness as for any task.
+    with DAPO's refill and bounded staleness as for any task, HeaPA's or the curriculum's
+    prompt selection (fed each group's episode rewards) and ReMax's greedy baseline (a greedy
+    episode per example).
 
     Raises:
       ValueError: naming the keys of features episodes do not support yet.
     """
     off = {
         "rollout.engine": config.rollout.engine != "continuous",
-        "prompt_selection.name": config.prompt_selection.name != "none",
+        # DARE rescores stored rollouts, which would need their observation masks.
+        "prompt_selection.name": config.prompt_selection.name == "dare",
         "lope.num_perturbed": config.lope.num_perturbed != 0,
         "mesh.sampler_devices": config.mesh.sampler_devices != 0,
         "reward.token_level": token_level_rewards(config),
-        "algorithm.name": algorithm.collection is not None or algorithm.greedy_baseline,
+        "algorithm.name": algorithm.collection is not None,
         "--num_processes": jax.process_count() > 1,
     }
     unsupported = [key for key, on in off.items() if on]
     if unsupported:
         raise ValueError(
             f"episodic task {config.task.name!r} does not support {unsupported} yet (episodes "
-            "need rollout.engine='continuous' and the plain group collector)"
+            "need rollout.engine='continuous' and the plain group collector; of the prompt "
+            "selectors, heapa and curriculum)"
         )
     settings = EpisodeSettings.from_config(config)
-    draw = EpisodeDraw(
-        data,
-        steps.rollout,
-        task,
-        tokenizer,
-        config.rollout.n_samples,
-        settings,
-        concurrent.futures.ThreadPoolExecutor(settings.workers, thread_name_prefix="rljax-env"),
+    executor = concurrent.futures.ThreadPoolExecutor(
+        settings.workers, thread_name_prefix="rljax-env"
     )
+    draw: Any = EpisodeDraw(
+        data, steps.rollout, task, tokenizer, config.rollout.n_samples, settings, executor
+    )
+    if isinstance(data, SelectedPromptBatches):
+        draw = WithFeedback(draw, data, steps.logprobs)
+    if algorithm.greedy_baseline:
+        model_config = nnx.merge(graphdef, state.params).config
+        rollout_config = build_rollout_config(config, tokenizer)
+        engine = run_engine(graphdef, model_config, rollout_config, SamplingParams(greedy=True))
+        draw = WithGreedyEpisodes(draw, engine, task, tokenizer, settings, executor)
     policy = SamplerPolicy(config.train.max_staleness, None)
     return GroupCollector(draw, config.rollout.n_samples, policy, config.rollout.max_refill_rounds)
 

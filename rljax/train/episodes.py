@@ -34,6 +34,7 @@ from rljax.envs.chat import ChatFormat, get_chat_format
 from rljax.envs.episodes import EpisodeTurns, episode_fields, episode_row, start_episodes
 from rljax.envs.process_env import ISOLATIONS, process_factory
 from rljax.models.config import TransformerConfig
+from rljax.models.lora import merged_params
 from rljax.models.tokenizer import Tokenizer, encode_prompts
 from rljax.rollout.engine import Engine, EngineConfig
 from rljax.rollout.sampler import Rollout
@@ -45,6 +46,7 @@ from rljax.train.host_batch import HostBatch
 from rljax.train.prompts import Prompts, sft_on_batches
 from rljax.train.staleness import Policies
 from rljax.train.steps import RolloutConfig
+from rljax.train.timing import add_time
 
 # (state, prompt_tokens [N, P], prompt_mask [N, P], attempt, turns=handler) -> Rollout.
 TurnsRolloutFn = Callable[..., Rollout]
@@ -218,6 +220,53 @@ class EpisodeDraw:
 
     def step_metrics(self) -> dict[str, float]:
         return {}
+
+
+class WithGreedyEpisodes:
+    """ReMax's baseline for episodes: each example played once more, greedily, by the current
+    policy; its total reward becomes the example's `baseline_reward` (a `Draw` wrapper).
+
+    Args:
+      inner: the episode draw.
+      engine: a greedy engine (`run_engine(..., SamplingParams(greedy=True))`).
+      task, tokenizer, settings, executor: as for `EpisodeDraw`.
+    """
+
+    def __init__(
+        self,
+        inner: EpisodeDraw,
+        engine: Engine,
+        task: Task,
+        tokenizer: Tokenizer,
+        settings: EpisodeSettings,
+        executor: concurrent.futures.Executor,
+    ):
+        self.inner, self.engine, self.task = inner, engine, task
+        self.tokenizer, self.settings, self.executor = tokenizer, settings, executor
+
+    def __call__(self, policies: Policies, step: int, attempt: int) -> Drawn:
+        drawn = self.inner(policies, step, attempt)
+        answers = decode_answers(drawn.prompts)
+        start = time.perf_counter()
+        results = greedy_episodes(
+            self.engine,
+            merged_params(policies.current),
+            self.task,
+            self.tokenizer,
+            self.settings,
+            answers,
+            len(answers),
+            self.executor,
+        )
+        rewards = np.asarray([r.total_reward for r in results], np.float32)
+        metrics = dict(drawn.metrics)
+        add_time(metrics, "time/rollout_s", time.perf_counter() - start)
+        metrics["env/greedy_success"] = float(np.mean([r.success for r in results]))
+        baseline = np.repeat(rewards, drawn.rows.group_size)
+        return Drawn(drawn.prompts, drawn.rows.with_rows(baseline_reward=baseline), metrics)
+
+    def step_metrics(self) -> dict[str, float]:
+        return self.inner.step_metrics()
 
 
 def episode_batch(

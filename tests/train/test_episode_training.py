@@ -1,9 +1,11 @@
 """Training on episodic tasks (`rljax.train.episodes`): scripted SFT rows decode back to the
 expert's games, group prompts, evaluation metrics, the multi-turn batch through the turn-level
-presets, and the features episodes refuse with a one-line error naming the keys."""
+presets, ReMax's greedy-episode baseline and HeaPA's selection on episodes, and the features
+episodes refuse with a one-line error naming the keys."""
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import jax
@@ -16,12 +18,13 @@ from rljax.config import default_config
 from rljax.core import keys
 from rljax.core.batch import make_batch
 from rljax.core.transform import Context
-from rljax.data.tasks import AdditionTask, ToolArithmeticTask, get_task
+from rljax.data.tasks import TASKS, AdditionTask, ToolArithmeticTask, get_task
 from rljax.envs import EpisodeResult, GuessNumber, Step, run_episode
 from rljax.envs.chat import CHAT_FORMATS
 from rljax.envs.guess_number import GuessNumberTask
 from rljax.models.tokenizer import ByteTokenizer
-from rljax.train.collection import build_episode_collector
+from rljax.train.builders import build_policy
+from rljax.train.collection import build_episode_collector, greedy_decoder
 from rljax.train.episodes import (
     EpisodeSettings,
     episode_eval_metrics,
@@ -30,6 +33,7 @@ from rljax.train.episodes import (
     scripted_episode_rows,
     sft_batches,
 )
+from rljax.train.loop import train
 
 TOKENIZER = ByteTokenizer()
 CHAT = CHAT_FORMATS["plain"]
@@ -153,7 +157,93 @@ def test_unsupported_features_are_named():
     config.lope.num_perturbed = 2
     plain = types.SimpleNamespace(collection=None, greedy_baseline=False)
     with pytest.raises(ValueError, match=r"\['rollout.engine', 'lope.num_perturbed'\]"):
-        build_episode_collector(config, GuessNumberTask(), TOKENIZER, iter(()), plain, None)
+        build_episode_collector(
+            config, GuessNumberTask(), TOKENIZER, iter(()), plain, None, None, None
+        )
+    config.rollout.engine, config.lope.num_perturbed = "continuous", 0
+    config.prompt_selection.name = "dare"
+    with pytest.raises(ValueError, match=r"\['prompt_selection.name'\]"):
+        build_episode_collector(
+            config, GuessNumberTask(), TOKENIZER, iter(()), plain, None, None, None
+        )
+
+
+class ByteSumEnv:
+    """One turn; the reward is a function of the action's bytes, varied for any text."""
+
+    def reset(self, task):
+        return f"Say {task['secret']}."
+
+    def step(self, action):
+        return Step("", sum(action.encode()) % 5 / 4, True, {})
+
+
+ENDS = tuple(range(128, 256))
+
+
+@dataclasses.dataclass(frozen=True)
+class ByteSumTask(GuessNumberTask):
+    """GuessNumber's examples played by `ByteSumEnv` for one turn."""
+
+    max_turns: int = 1
+
+    def example(self, index, split):
+        example = super().example(index, split)
+        return {**example, "prompt": f"Say {example['answer']}."}
+
+    def make_env(self):
+        return ByteSumEnv()
+
+    def expert_policy(self, rng):
+        """Says the number of its prompt (so that a warm start makes greedy turns differ)."""
+        return lambda observations: observations[0].split()[1].rstrip(".")
+
+
+def test_remax_baseline_and_heapa_selection_on_episodes(tmp_path, monkeypatch):
+    """ReMax's baseline is each example's greedy episode by the current policy, the same reward
+    as a greedy completion from the non-episodic decoder scored by the environment; HeaPA's
+    pool is fed each group's episode rewards (its cold prompts run out)."""
+    monkeypatch.setitem(TASKS, "byte_sum", ByteSumTask)
+    config = default_config()
+    config.run_dir = str(tmp_path / "run")
+    config.model.update(d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)
+    config.task.update(name="byte_sum", max_prompt_len=16, eval_size=8)
+    config.env.update(chat_format="plain", workers=2)
+    config.sft.update(steps=30, batch_size=16, learning_rate=1e-2)
+    config.algorithm.name = "remax"
+    config.prompt_selection.update(name="heapa", pool_size=16)
+    # Half the bytes end a turn too, so that every greedy turn ends within the budget.
+    config.rollout.update(max_new_tokens=12, n_samples=2, slots=16, extra_eos_ids=ENDS)
+    config.train.update(steps=2, prompts_per_step=8, eval_every=2, checkpoint_every=2)
+    tokenizer, _, graphdef, _ = build_policy(config)
+    greedy = greedy_decoder(graphdef, config, tokenizer)
+    checked = []
+
+    def wrap(inner):
+        collect = inner.collect
+
+        def collect_and_check(state, step):
+            collection = collect(state, step)
+            rows = collection.fresh[0].rows
+            out = greedy(state, rows["prompt_tokens"][::2], rows["prompt_mask"][::2])
+            reference = []
+            for tokens, mask in zip(np.asarray(out.completion_tokens), out.completion_mask):
+                turn = tokens[np.asarray(mask)]
+                ended = turn[-1] in (tokenizer.eos_id, *ENDS)  # else: out of budget
+                text = tokenizer.decode(turn)
+                reference.append(ByteSumEnv().step(text).reward if ended else 0.0)
+            baseline = np.asarray(rows["baseline_reward"]).reshape(-1, 2)
+            np.testing.assert_allclose(baseline, np.repeat(reference, 2).reshape(-1, 2), 1e-6)
+            checked.append(reference)
+            return collection
+
+        inner.collect = collect_and_check
+        return inner
+
+    records = {r["step"]: r for r in train(config, wrap_collector=wrap)}
+    assert len(checked) == 2 and max(len(set(r)) for r in checked) > 1  # varied, each matched
+    assert records[1]["selection/cold"] == 8.0 and records[2]["selection/cold"] == 0.0
+    assert np.isfinite(records[2]["loss"])
 
 
 def test_run_episode_with_the_task_and_expert():
