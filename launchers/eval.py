@@ -8,7 +8,9 @@ Use the training run's config file and overrides, so that model, task and prompt
 match. The policy comes from run_dir/checkpoints: the newest checkpoint, or --step=N;
 --step=0 evaluates the model as the config builds it, untrained. Each problem gets
 --n_samples samples at --temperature (default rollout.temperature; top_k/top_p from
-rollout.*) and one greedy decode. A k above --n_samples is left out. The report (default
+rollout.*) and one greedy decode; on an episodic task (multi-turn agents) each is a whole
+episode, correct when it succeeds, and the report counts turns and failed episodes instead of
+completion lengths. A k above --n_samples is left out. The report (default
 run_dir/eval_step{N}.json) holds pass@k, avg@n, greedy accuracy, mean completion length and
 each problem's count of correct samples; a short table is printed. A missing checkpoint, a
 typo in a key or a bad value stops the launcher with a one-line error (-v: the traceback).
@@ -27,6 +29,7 @@ from launchers.flags import parse_flags
 from rljax.config import validate_config
 from rljax.train.builders import build_task
 from rljax.train.compile_cache import enable_compilation_cache
+from rljax.train.episodes import episodic_sample_eval, is_episodic
 from rljax.train.evaluation import restore_policy, sample_eval
 from rljax.train.prompts import Prompts
 
@@ -60,7 +63,8 @@ def run(config) -> tuple[dict, str]:
     step, tokenizer, graphdef, params = restore_policy(config, _STEP.value)
     task = build_task(config)
     prompts = Prompts.from_config(config, tokenizer)
-    report = sample_eval(
+    evaluate = episodic_sample_eval if is_episodic(task) else sample_eval
+    report = evaluate(
         graphdef,
         params,
         task,
@@ -102,7 +106,12 @@ def main(argv: list[str]) -> None:
         print(f"  pass@{k:<6}{value:.3f}")
     print(f"  {'avg@' + str(n):<11}{report['avg_at_n']:.3f}")
     print(f"  {'greedy':<11}{report['greedy_accuracy']:.3f}")
-    print(f"  {'length':<11}{report['mean_completion_length']:.1f} tokens")
+    if "mean_turns" in report:  # an episodic task: pass@k and accuracy count successes
+        print(
+            f"  {'turns':<11}{report['mean_turns']:.2f} (greedy {report['greedy_mean_turns']:.2f})"
+        )
+    else:
+        print(f"  {'length':<11}{report['mean_completion_length']:.1f} tokens")
     print(f"report: {out}")
 
 

@@ -42,6 +42,7 @@ from rljax.rollout.sampling import SamplingParams
 from rljax.rollout.turns import generate_turns
 from rljax.train.builders import build_rollout_config
 from rljax.train.collector import Drawn
+from rljax.train.evaluation import pass_at_k
 from rljax.train.host_batch import HostBatch
 from rljax.train.prompts import Prompts, sft_on_batches
 from rljax.train.staleness import Policies
@@ -248,7 +249,7 @@ class WithGreedyEpisodes:
         drawn = self.inner(policies, step, attempt)
         answers = decode_answers(drawn.prompts)
         start = time.perf_counter()
-        results = greedy_episodes(
+        results = play_episodes(
             self.engine,
             merged_params(policies.current),
             self.task,
@@ -355,7 +356,7 @@ def sft_batches(rows: dict[str, np.ndarray], batch_size: int, seed: int) -> Iter
             yield {k: v[take] for k, v in rows.items()}
 
 
-def greedy_episodes(
+def play_episodes(
     engine: Engine,
     params: nnx.State,
     task: Task,
@@ -364,17 +365,29 @@ def greedy_episodes(
     answers: Sequence[str],
     batch_size: int,
     executor: concurrent.futures.Executor,
+    n_samples: int = 1,
+    seed: int = 0,
 ) -> list[EpisodeResult]:
-    """One greedy episode per answer, `batch_size` at a time (the last batch padded)."""
+    """`n_samples` episodes per answer as `engine` samples them (greedy engines: one), played
+    `batch_size` answers at a time (the last batch padded; batch b samples with
+    fold_in(PRNGKey(seed), b)). Episode i * n_samples + g plays answer i."""
     results: list[EpisodeResult] = []
-    for start in range(0, len(answers), batch_size):
+    for b, start in enumerate(range(0, len(answers), batch_size)):
         chunk = list(answers[start : start + batch_size])
         real = len(chunk)
         chunk += [chunk[-1]] * (batch_size - real)
-        group = start_group_episodes(task, chunk, 1, tokenizer, settings, executor)
-        key = jax.random.PRNGKey(0)
-        generate_turns(engine, params, group.prompt_tokens, group.prompt_mask, key, group.handler)
-        results += group.results()[:real]
+        group = start_group_episodes(task, chunk, n_samples, tokenizer, settings, executor)
+        key = jax.random.fold_in(jax.random.PRNGKey(seed), b)
+        generate_turns(
+            engine,
+            params,
+            group.prompt_tokens,
+            group.prompt_mask,
+            key,
+            group.handler,
+            n_samples=n_samples,
+        )
+        results += group.results()[: real * n_samples]
     return results
 
 
@@ -451,20 +464,135 @@ def episodic_eval(
     one process (`mesh` must be None)."""
     if mesh is not None:
         raise ValueError("episodic tasks are evaluated on one process")
-    settings = EpisodeSettings.from_config(config)
-    tokenizer = prompts.tokenizer
+    answers = _split_answers(task, "test", config.task.eval_size, "task.eval_size")
+    engine = _engine(graphdef, params, config, prompts.tokenizer, SamplingParams(greedy=True))
+    results = _play(engine, params, task, prompts.tokenizer, config, answers, 1, 0)
+    return episode_eval_metrics(results)
+
+
+def _split_answers(task: Task, split: str, count: int, key: str) -> list[str]:
+    """The answers of the first `count` examples of `split` (`key` names the setting)."""
+    size = task.split_size(split)
+    if count < 1 or (size is not None and count > size):
+        most = "" if size is None else f" and at most the {size} examples of the {split} split"
+        raise ValueError(f"{key}={count} must be at least 1{most}")
+    return [task.example(i, split)["answer"] for i in range(count)]
+
+
+def _engine(
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    config: ConfigDict,
+    tokenizer: Tokenizer,
+    sampling: SamplingParams,
+) -> Engine:
     model_config = nnx.merge(graphdef, params).config
-    rollout_config = build_rollout_config(config, tokenizer)
-    engine = run_engine(graphdef, model_config, rollout_config, SamplingParams(greedy=True))
-    size = task.split_size("test")
-    if size is not None and config.task.eval_size > size:
-        raise ValueError(
-            f"task.eval_size={config.task.eval_size} is more than the {size} test examples"
-        )
-    answers = [task.example(i, "test")["answer"] for i in range(config.task.eval_size)]
+    return run_engine(graphdef, model_config, build_rollout_config(config, tokenizer), sampling)
+
+
+def _play(
+    engine: Engine,
+    params: nnx.State,
+    task: Task,
+    tokenizer: Tokenizer,
+    config: ConfigDict,
+    answers: list[str],
+    n_samples: int,
+    seed: int,
+) -> list[EpisodeResult]:
+    """`play_episodes` in batches of `train.prompts_per_step` examples, on a fresh pool."""
+    settings = EpisodeSettings.from_config(config)
     batch = min(len(answers), config.train.prompts_per_step)
     with concurrent.futures.ThreadPoolExecutor(settings.workers) as executor:
-        results = greedy_episodes(
-            engine, params, task, tokenizer, settings, answers, batch, executor
+        return play_episodes(
+            engine, params, task, tokenizer, settings, answers, batch, executor, n_samples, seed
         )
-    return episode_eval_metrics(results)
+
+
+def episodic_sample_eval(
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    task: Task,
+    prompts: Prompts,
+    config: ConfigDict,
+    n_samples: int,
+    ks: Sequence[int],
+    *,
+    temperature: float | None = None,
+    split: str = "test",
+    num_problems: int | None = None,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """pass@k, avg@n and greedy success of an episodic task: `n_samples` sampled episodes and
+    one greedy episode per problem (`rljax.train.evaluation.sample_eval`'s report for episodes;
+    an episode is correct when `EpisodeResult.success`).
+
+    Args:
+      graphdef, params, task, prompts, config: the policy, the task and the run's config.
+      n_samples: n >= 1 sampled episodes per problem.
+      ks: the k of pass@k, each in [1, n].
+      temperature: sampling temperature; None takes `rollout.temperature` (top_k, top_p from
+        `rollout.*`).
+      split: the task split; num_problems: its first this many (None: `task.eval_size`).
+      seed: sampling key (batch b samples with fold_in(PRNGKey(seed), b)); None: `config.seed`.
+
+    Returns:
+      A JSON-ready dict: split, num_problems, n_samples, temperature, top_k, top_p, seed;
+      "pass_at_k" {str(k): mean over problems}, "avg_at_n" (success over all sampled
+      episodes), "mean_reward", "mean_turns"; "greedy_accuracy", "greedy_reward",
+      "greedy_mean_turns"; "failures" (sampled and greedy episodes by failure kind); and
+      "problems": per problem {"index", "correct" (of n), "greedy_correct"}.
+
+    Raises:
+      ValueError: n_samples < 1, a k outside [1, n], or a bad problem count.
+    """
+    r = config.rollout
+    temperature = r.temperature if temperature is None else temperature
+    num_problems = config.task.eval_size if num_problems is None else num_problems
+    seed = config.seed if seed is None else seed
+    if n_samples < 1:
+        raise ValueError(f"n_samples={n_samples} must be >= 1")
+    ks = sorted(set(ks))
+    for k in ks:
+        pass_at_k(np.zeros(0, np.int64), n_samples, k)  # checks 1 <= k <= n
+    answers = _split_answers(task, split, num_problems, "num_problems")
+    tokenizer = prompts.tokenizer
+    runs = {}
+    for mode, n, sampling in (
+        (
+            "sampled",
+            n_samples,
+            SamplingParams(temperature=temperature, top_k=r.top_k, top_p=r.top_p),
+        ),
+        ("greedy", 1, SamplingParams(greedy=True)),
+    ):
+        engine = _engine(graphdef, params, config, tokenizer, sampling)
+        runs[mode] = _play(engine, params, task, tokenizer, config, answers, n, seed)
+    success = np.asarray([r.success for r in runs["sampled"]]).reshape(num_problems, n_samples)
+    correct = success.sum(axis=1)
+    greedy_correct = [r.success for r in runs["greedy"]]
+    sampled, greedy = tally(runs["sampled"]), tally(runs["greedy"])
+    return {
+        "split": split,
+        "num_problems": num_problems,
+        "n_samples": n_samples,
+        "temperature": float(temperature),
+        "top_k": int(r.top_k),
+        "top_p": float(r.top_p),
+        "seed": int(seed),
+        "pass_at_k": {str(k): float(pass_at_k(correct, n_samples, k).mean()) for k in ks},
+        "avg_at_n": float(success.mean()),
+        "mean_reward": sampled["env/mean_reward"],
+        "mean_turns": sampled["env/mean_turns"],
+        "greedy_accuracy": float(np.mean(greedy_correct)),
+        "greedy_reward": greedy["env/mean_reward"],
+        "greedy_mean_turns": greedy["env/mean_turns"],
+        "failures": {
+            mode: {k.split("/")[-1]: int(v) for k, v in m.items() if k.startswith("env/failed/")}
+            for mode, m in (("sampled", sampled), ("greedy", greedy))
+        },
+        "problems": [
+            {"index": i, "correct": int(c), "greedy_correct": bool(g)}
+            for i, c, g in zip(range(num_problems), correct, greedy_correct)
+        ],
+    }

@@ -1,4 +1,5 @@
-"""Sampled evaluation: the pass@k estimator, `sample_eval` on a tiny model, and the launcher.
+"""Sampled evaluation: the pass@k estimator, `sample_eval` and `episodic_sample_eval` on a tiny
+model, and the launcher.
 
 The estimator is checked against an enumeration of all k-subsets; `sample_eval` against its
 own counts (avg@n, pass@1, pass@n follow from them) and near-zero temperature sampling
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 from configs.grpo_addition import get_config
+from rljax.envs import Step
 from rljax.train.builders import (
     build_algorithm,
     build_optimizer,
@@ -26,6 +28,7 @@ from rljax.train.builders import (
     prompt_format,
 )
 from rljax.train.checkpoint import Checkpointer
+from rljax.train.episodes import episodic_sample_eval
 from rljax.train.evaluation import pass_at_k, restore_policy, sample_eval
 from rljax.train.prompts import Prompts
 
@@ -129,6 +132,72 @@ def test_sample_eval_counts_agree_and_cold_sampling_matches_greedy():
     assert cold["mean_completion_length"] == cold["greedy_mean_completion_length"]
     with pytest.raises(ValueError, match=r"k=8 must be in \[1, n=4\]"):
         sample_eval(graphdef, params, task, prompts, config, 4, [1, 8], num_problems=5)
+
+
+class ParityTurns:
+    """Two tries: a turn whose UTF-8 bytes sum to an even number wins (reward 1, done);
+    otherwise the answer is "again"."""
+
+    def reset(self, task):
+        return f"{task['index']}:"
+
+    def step(self, action):
+        won = sum(action.encode()) % 2 == 0
+        return Step("" if won else "again", float(won), won, {})
+
+
+class ParityTurnsTask(ParityTask):
+    """ParityTask's five problems played as ParityTurns episodes."""
+
+    max_turns = 2
+
+    def example(self, index, split):
+        return {"prompt": f"{index}:", "answer": str(index)}
+
+    def make_env(self):
+        return ParityTurns()
+
+    def env_task(self, answer):
+        return {"index": int(answer)}
+
+    def expert_policy(self, rng):
+        return lambda observations: "00"
+
+
+def test_episodic_sample_eval_counts_episodes_and_cold_sampling_matches_greedy():
+    config = tiny_config()
+    # Half the bytes end a turn too, so that the untrained model's turns end in the budget.
+    config.rollout.update(max_new_tokens=16, extra_eos_ids=tuple(range(128, 256)))
+    tokenizer, _, graphdef, params = build_policy(config)
+    task, prompts = ParityTurnsTask(), prompts_of(config, tokenizer)
+    report = episodic_sample_eval(
+        graphdef, params, task, prompts, config, 4, [4, 1, 2], num_problems=5
+    )
+    counts = np.array([p["correct"] for p in report["problems"]])
+    assert [p["index"] for p in report["problems"]] == [0, 1, 2, 3, 4]
+    assert 0 < counts.sum() < 20, "the parity episodes should give mixed outcomes"
+    assert report["avg_at_n"] == pytest.approx(counts.sum() / 20)
+    assert report["mean_reward"] == pytest.approx(counts.sum() / 20)  # 1 for a win, else 0
+    assert report["pass_at_k"]["1"] == pytest.approx(report["avg_at_n"])
+    assert report["pass_at_k"]["4"] == pytest.approx(np.mean(counts >= 1))
+    pass2 = np.mean([1 - math.comb(4 - c, 2) / math.comb(4, 2) for c in counts])
+    assert report["pass_at_k"]["2"] == pytest.approx(pass2)
+    assert 1.0 <= report["mean_turns"] <= 2.0
+    lost = (
+        report["failures"]["sampled"]["turn_limit"] + report["failures"]["sampled"]["token_budget"]
+    )
+    assert lost == 20 - counts.sum()  # an episode that does not win runs out of turns or budget
+    greedy = [p["greedy_correct"] for p in report["problems"]]
+    assert report["greedy_accuracy"] == pytest.approx(np.mean(greedy))
+
+    # At a temperature near 0 every sampled episode is the greedy one.
+    cold = episodic_sample_eval(
+        graphdef, params, task, prompts, config, 4, [1], temperature=1e-4, num_problems=5
+    )
+    assert [p["correct"] for p in cold["problems"]] == [4 * g for g in greedy]
+    assert cold["mean_turns"] == cold["greedy_mean_turns"]
+    with pytest.raises(ValueError, match="num_problems=6 must be at least 1 and at most the 5"):
+        episodic_sample_eval(graphdef, params, task, prompts, config, 4, [1], num_problems=6)
 
 
 def test_restore_policy_without_checkpoints_names_the_directory(tmp_path):
