@@ -113,6 +113,9 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
         "steps": Key(800, "SFT warm-start steps before RL (0: none)", min=0),
         "batch_size": Key(64, "SFT examples per step (checked when steps > 0)"),
         "learning_rate": Key(1e-3, "SFT learning rate (checked when steps > 0)"),
+        "scripted_episodes": Key(
+            4096, "episodic tasks: scripted episodes the warm start plays and cycles through", min=1
+        ),
         # model.kind="diffusion" only: LLaDA's masked SFT with AdamW, warm-up then cosine.
         "warmup_steps": Key(0, "diffusion: linear warm-up steps of the SFT learning rate", min=0),
         "weight_decay": Key(0.0, "diffusion: AdamW weight decay of the SFT", min=0),

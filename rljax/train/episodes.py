@@ -52,7 +52,6 @@ from rljax.train.timing import add_time
 # (state, prompt_tokens [N, P], prompt_mask [N, P], attempt, turns=handler) -> Rollout.
 TurnsRolloutFn = Callable[..., Rollout]
 _EPISODE_METHODS = ("make_env", "env_task", "expert_policy")
-_SFT_EPISODES = 4096  # scripted episodes the warm start cycles through (at most)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -437,9 +436,11 @@ def episodic_warm_start(
     mesh: Mesh,
 ) -> nnx.State:
     """SFT on scripted episodes (`sft.*`): the expert's turns are the targets, the
-    observations context; logs sft/loss at negative steps, as `prompts.warm_start` does."""
+    observations context; at most `sft.scripted_episodes` episodes are played, and the
+    batches cycle through them. Logs sft/loss at negative steps, as `prompts.warm_start`
+    does."""
     s = config.sft
-    count = max(s.batch_size, min(s.steps * s.batch_size, _SFT_EPISODES))
+    count = max(s.batch_size, min(s.steps * s.batch_size, s.scripted_episodes))
     rows = scripted_episode_rows(
         task,
         prompts.tokenizer,

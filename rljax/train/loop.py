@@ -47,7 +47,7 @@ from rljax.train.padding import trim_padding, used_widths
 from rljax.train.prompts import Prompts, train_prompts
 from rljax.train.run_dir import RunDir
 from rljax.train.scoring import decode_completions
-from rljax.train.signals import Stopped, StopSignals
+from rljax.train.signals import Stopped, StoppedInWarmStart, StopSignals
 from rljax.train.timing import STEP_PHASES, CompileClock, add_time, timed
 
 
@@ -115,6 +115,10 @@ def _train(
     def log(step: int, metrics: dict[str, Any]) -> None:
         scalars = writer.write(step, metrics) if writer else to_scalars(metrics)
         records.append({"step": step, **scalars})
+        if step < 0:  # the SFT warm start logs at steps -sft.steps .. -1: stop there too
+            signum = stop_signal(stop)
+            if signum:
+                raise StoppedInWarmStart(signum, config.sft.steps + step + 1, config.sft.steps)
 
     def run_eval(params) -> dict[str, float]:
         return kind.evaluate(graphdef, params, task, prompts, config, mesh if multi else None)

@@ -4,7 +4,9 @@ A scheduler's SIGTERM (preemption, `scancel`, `kill`) or a first Ctrl-C used to 
 trainer wherever it was, losing the steps since the last checkpoint. `StopSignals` only
 records the first signal; the driver checks it at the end of each step, saves that step and
 raises `Stopped`, and the launcher exits with one line and code 128 + the signal number, as a
-shell reports a process killed by it. A second Ctrl-C aborts at once (KeyboardInterrupt).
+shell reports a process killed by it. During the SFT warm start the driver checks it whenever
+the SFT loss is logged (every 10 SFT steps) and raises `StoppedInWarmStart`: nothing is saved
+there yet. A second Ctrl-C aborts at once (KeyboardInterrupt).
 """
 
 from __future__ import annotations
@@ -33,6 +35,20 @@ class Stopped(Exception):
     def exit_code(self) -> int:
         """128 + the signal number: what a shell reports for a process the signal ended."""
         return 128 + self.signum
+
+
+class StoppedInWarmStart(Stopped):
+    """The run stopped on a signal during its SFT warm start, after SFT step `sft_step`; the
+    warm start keeps no checkpoint, so a rerun starts it over."""
+
+    def __init__(self, signum: int, sft_step: int, sft_steps: int):
+        Exception.__init__(
+            self,
+            f"stopped by {signal.Signals(signum).name} during the SFT warm start (step "
+            f"{sft_step} of {sft_steps}); the warm start is not checkpointed: rerunning the "
+            "same command starts it over",
+        )
+        self.signum, self.step = signum, 0
 
 
 class StopSignals:

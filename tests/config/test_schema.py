@@ -143,6 +143,7 @@ ADDED_SINCE = {
     "env.workers": 8,
     "env.overlap": False,
     "env.isolation": "thread",
+    "sft.scripted_episodes": 4096,
 }
 # Keys added with the diffusion policy on the driver (model.kind; the others are read by a
 # model.kind="diffusion" run only), at their defaults in a causal recipe.

@@ -12,8 +12,11 @@ import time
 import pytest
 from launching import ROOT, TINY_MODEL, launcher_env
 
+from configs.grpo_addition import get_config
+from rljax.train import sft
 from rljax.train.checkpoint import Checkpointer
-from rljax.train.signals import Stopped, StopSignals
+from rljax.train.loop import train
+from rljax.train.signals import Stopped, StoppedInWarmStart, StopSignals
 
 
 def test_the_first_signal_is_recorded_and_the_old_handlers_come_back():
@@ -43,6 +46,37 @@ def test_stopped_says_what_to_do_and_exits_like_the_signal():
         "stopped by SIGTERM at step 7; checkpoint saved: resume with the same command"
     )
     assert stopped.exit_code == 143
+
+
+def test_a_signal_during_the_warm_start_stops_the_run_at_the_next_sft_log(tmp_path, monkeypatch):
+    """SIGTERM at SFT step 3 of 100: the run stops when the loss is next logged (step 11),
+    before any RL step, and says that the warm start will start over."""
+    make_step = sft.make_sft_step
+
+    def make_signalling_step(*args, **kwargs):
+        step_fn, calls = make_step(*args, **kwargs), []
+
+        def signalling_step(*step_args):
+            calls.append(None)
+            if len(calls) == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return step_fn(*step_args)
+
+        return signalling_step
+
+    monkeypatch.setattr(sft, "make_sft_step", make_signalling_step)
+    config = get_config()
+    config.run_dir = str(tmp_path / "run")
+    config.model.update(d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)
+    config.sft.update(steps=100, batch_size=8)
+    with pytest.raises(StoppedInWarmStart) as stopped:
+        train(config)
+    assert str(stopped.value) == (
+        "stopped by SIGTERM during the SFT warm start (step 11 of 100); the warm start is not "
+        "checkpointed: rerunning the same command starts it over"
+    )
+    assert stopped.value.exit_code == 143
+    assert _logged_steps(config.run_dir) == [-100, -90]  # SFT steps 1 and 11; no RL step
 
 
 TINY = [
