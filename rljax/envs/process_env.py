@@ -48,6 +48,9 @@ def _serve(conn: multiprocessing.connection.Connection, factory: bytes) -> None:
                 conn.send(("ok", getattr(env, method)(argument)))
             except BaseException as err:  # pylint: disable=broad-except  # reported, incl. exit
                 conn.send(("error", f"{method} raised {err!r}"))
+        close = getattr(env, "close", None)
+        if callable(close):  # asked to stop: the episode is over
+            close()
     except (EOFError, OSError):  # the trainer closed the pipe or is gone
         pass
 
@@ -97,19 +100,19 @@ class ProcessEnvironment:
         try:
             self._conn.send((method, argument))
         except OSError:
-            self.close()
+            self._kill()
             raise RuntimeError(f"the environment process {self._ended()}") from None
         return self._answer(method, self.time_limit_s)
 
     def _answer(self, what: str, limit: float) -> Any:
         """The child's reply; kills it and raises past `limit` or when it died."""
         if not self._conn.poll(limit):
-            self.close()
+            self._kill()
             raise TimeoutError(f"{what} ran past {limit} s; its process was killed")
         try:
             tag, value = self._conn.recv()
         except (EOFError, OSError):
-            self.close()
+            self._kill()
             raise RuntimeError(f"the environment process {self._ended()} during {what}") from None
         if tag == "error":
             raise RuntimeError(value)
@@ -123,16 +126,20 @@ class ProcessEnvironment:
         return f"exited with code {code}"
 
     def close(self) -> None:
-        """Stops the child (asked, then killed if it does not stop at once); idempotent."""
+        """Stops the child: asked (it calls the environment's `close()`, if any), killed if it
+        has not stopped within `time_limit_s`; idempotent."""
         if self._proc.exitcode is None:
             try:
                 self._conn.send(None)
             except OSError:
                 pass
-            self._proc.join(timeout=0.5)
-            if self._proc.exitcode is None:
-                self._proc.kill()
-                self._proc.join()
+            self._proc.join(timeout=self.time_limit_s)
+        self._kill()
+
+    def _kill(self) -> None:
+        if self._proc.exitcode is None:
+            self._proc.kill()
+            self._proc.join()
         self._conn.close()
 
 

@@ -23,12 +23,21 @@ LIMIT_S = 1.0
 class Misbehaving:
     """Its first observation is its process id; step does what the action says: "spin"
     (a busy loop), "exit" (os._exit(7)), "raise", "unpicklable" (a lambda in info), "done"
-    (ends the episode); anything else continues."""
+    (ends the episode); anything else continues. `close` writes its process id to the task's
+    "closed_file"."""
+
+    closed_file = None
 
     def reset(self, task):
         if task.get("raise_in_reset"):
             raise KeyError("no such level")
+        self.closed_file = task.get("closed_file")
         return str(os.getpid())
+
+    def close(self):
+        if self.closed_file:
+            with open(self.closed_file, "w") as f:
+                f.write(str(os.getpid()))
 
     def step(self, action):
         if action == "spin":
@@ -109,6 +118,20 @@ def test_failures_end_only_their_episode_and_every_process_ends():
         time_limit_s=LIMIT_S,
     )
     assert failed_reset.failure == "raised" and "no such level" in failed_reset.error
+
+
+def test_the_environment_is_closed_in_its_process_when_the_episode_ends(tmp_path):
+    closed = tmp_path / "closed"
+    result = run_episode(
+        process_factory(Misbehaving, LIMIT_S),
+        {"closed_file": str(closed)},
+        lambda observations: "go",
+        max_turns=2,
+        time_limit_s=LIMIT_S,
+    )
+    assert result.failure == "turn_limit"  # ended from outside: closed all the same
+    pid = int(closed.read_text())
+    assert pid != os.getpid() and gone(pid)
 
 
 def test_a_factory_that_does_not_pickle_is_refused_up_front():
