@@ -42,7 +42,7 @@ from rljax.rollout.sampling import SamplingParams
 from rljax.rollout.turns import generate_turns
 from rljax.train.builders import build_rollout_config
 from rljax.train.collector import Drawn
-from rljax.train.evaluation import pass_at_k
+from rljax.train.evaluation import sample_eval_plan
 from rljax.train.host_batch import HostBatch
 from rljax.train.prompts import Prompts, sft_on_batches
 from rljax.train.staleness import Policies
@@ -547,41 +547,24 @@ def episodic_sample_eval(
     Raises:
       ValueError: n_samples < 1, a k outside [1, n], or a bad problem count.
     """
-    r = config.rollout
-    temperature = r.temperature if temperature is None else temperature
-    num_problems = config.task.eval_size if num_problems is None else num_problems
-    seed = config.seed if seed is None else seed
-    if n_samples < 1:
-        raise ValueError(f"n_samples={n_samples} must be >= 1")
-    ks = sorted(set(ks))
-    for k in ks:
-        pass_at_k(np.zeros(0, np.int64), n_samples, k)  # checks 1 <= k <= n
+    plan = sample_eval_plan(config, n_samples, ks, temperature, split, num_problems, seed)
+    num_problems = plan.num_problems
     answers = _split_answers(task, split, num_problems, "num_problems")
     tokenizer = prompts.tokenizer
     runs = {}
     for mode, n, sampling in (
-        (
-            "sampled",
-            n_samples,
-            SamplingParams(temperature=temperature, top_k=r.top_k, top_p=r.top_p),
-        ),
+        ("sampled", n_samples, plan.sampling),
         ("greedy", 1, SamplingParams(greedy=True)),
     ):
         engine = _engine(graphdef, params, config, tokenizer, sampling)
-        runs[mode] = _play(engine, params, task, tokenizer, config, answers, n, seed)
+        runs[mode] = _play(engine, params, task, tokenizer, config, answers, n, plan.seed)
     success = np.asarray([r.success for r in runs["sampled"]]).reshape(num_problems, n_samples)
     correct = success.sum(axis=1)
     greedy_correct = [r.success for r in runs["greedy"]]
     sampled, greedy = tally(runs["sampled"]), tally(runs["greedy"])
     return {
-        "split": split,
-        "num_problems": num_problems,
-        "n_samples": n_samples,
-        "temperature": float(temperature),
-        "top_k": int(r.top_k),
-        "top_p": float(r.top_p),
-        "seed": int(seed),
-        "pass_at_k": {str(k): float(pass_at_k(correct, n_samples, k).mean()) for k in ks},
+        **plan.header(),
+        "pass_at_k": plan.pass_at_k(correct),
         "avg_at_n": float(success.mean()),
         "mean_reward": sampled["env/mean_reward"],
         "mean_turns": sampled["env/mean_turns"],

@@ -220,6 +220,68 @@ def greedy_eval(
     return eval_metrics(np.concatenate(rewards), failures)
 
 
+class SampleEvalPlan(NamedTuple):
+    """What a sampled evaluation runs (`sample_eval_plan`): its split's first `num_problems`
+    problems, `n_samples` samples each with `sampling` (seeded by `seed`), pass@k for `ks`."""
+
+    split: str
+    num_problems: int
+    n_samples: int
+    ks: list[int]
+    sampling: SamplingParams
+    seed: int
+
+    def header(self) -> dict[str, Any]:
+        """The report's settings: split, num_problems, n_samples, temperature, top_k, top_p,
+        seed."""
+        s = self.sampling
+        return {
+            "split": self.split,
+            "num_problems": self.num_problems,
+            "n_samples": self.n_samples,
+            "temperature": float(s.temperature),
+            "top_k": int(s.top_k),
+            "top_p": float(s.top_p),
+            "seed": int(self.seed),
+        }
+
+    def pass_at_k(self, correct: np.ndarray) -> dict[str, float]:
+        """{str(k): mean over problems of pass@k} from each problem's count of correct samples."""
+        return {str(k): float(pass_at_k(correct, self.n_samples, k).mean()) for k in self.ks}
+
+
+def sample_eval_plan(
+    config: ConfigDict,
+    n_samples: int,
+    ks: Sequence[int],
+    temperature: float | None,
+    split: str,
+    num_problems: int | None,
+    seed: int | None,
+) -> SampleEvalPlan:
+    """A sampled evaluation's settings, defaults from the config (`rollout.temperature`,
+    `top_k`, `top_p`, `task.eval_size`, `seed`).
+
+    Raises:
+      ValueError: n_samples < 1 or a k outside [1, n].
+    """
+    r = config.rollout
+    if n_samples < 1:
+        raise ValueError(f"n_samples={n_samples} must be >= 1")
+    ks = sorted(set(ks))
+    for k in ks:
+        pass_at_k(np.zeros(0, np.int64), n_samples, k)  # checks 1 <= k <= n
+    temperature = r.temperature if temperature is None else temperature
+    return SampleEvalPlan(
+        split,
+        config.task.eval_size if num_problems is None else num_problems,
+        n_samples,
+        ks,
+        SamplingParams(temperature=temperature, top_k=r.top_k, top_p=r.top_p),
+        config.seed if seed is None else seed,
+    )
+
+
 def sample_eval(
     graphdef: nnx.GraphDef,
     params: nnx.State,
@@ -267,16 +329,8 @@ def sample_eval(
     Raises:
       ValueError: n_samples < 1, a k outside [1, n], or bad sampling settings or problem count.
     """
-    r = config.rollout
-    temperature = r.temperature if temperature is None else temperature
-    num_problems = config.task.eval_size if num_problems is None else num_problems
-    seed = config.seed if seed is None else seed
-    if n_samples < 1:
-        raise ValueError(f"n_samples={n_samples} must be >= 1")
-    ks = sorted(set(ks))
-    for k in ks:
-        pass_at_k(np.zeros(0, np.int64), n_samples, k)  # checks 1 <= k <= n
-    sampling = SamplingParams(temperature=temperature, top_k=r.top_k, top_p=r.top_p)
+    plan = sample_eval_plan(config, n_samples, ks, temperature, split, num_problems, seed)
+    num_problems, seed, sampling = plan.num_problems, plan.seed, plan.sampling
     dataset = prompts.dataset(
         task, split, seed=None, num_examples=num_problems, shard_index=0, shard_count=1
     )
@@ -305,14 +359,8 @@ def sample_eval(
     correct = (sampled_rewards >= 1.0).sum(axis=1)
     greedy_correct = greedy_rewards[:, 0] >= 1.0
     return {
-        "split": split,
-        "num_problems": num_problems,
-        "n_samples": n_samples,
-        "temperature": float(temperature),
-        "top_k": int(r.top_k),
-        "top_p": float(r.top_p),
-        "seed": int(seed),
-        "pass_at_k": {str(k): float(pass_at_k(correct, n_samples, k).mean()) for k in ks},
+        **plan.header(),
+        "pass_at_k": plan.pass_at_k(correct),
         "avg_at_n": float((sampled_rewards >= 1.0).mean()),
         "mean_reward": float(sampled_rewards.mean()),
         "greedy_accuracy": float(greedy_correct.mean()),

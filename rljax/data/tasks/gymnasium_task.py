@@ -14,17 +14,15 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
-
+from rljax.data.tasks.expertless import Expertless
 from rljax.data.tasks.generated import GeneratedSplits
-from rljax.envs.base import Policy, one_turn_reward
 from rljax.envs.gymnasium_env import GymnasiumText, gymnasium_factory
 
 _SEEDS = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
-class GymnasiumTask(GeneratedSplits):
+class GymnasiumTask(Expertless, GeneratedSplits):
     """Episodes of `gymnasium.make(env_id, **env_kwargs)`, one seed per example.
 
     Attributes:
@@ -41,6 +39,7 @@ class GymnasiumTask(GeneratedSplits):
     seed: int = 0
     test_size: int = 256
     make_env: Callable[[], GymnasiumText] = dataclasses.field(init=False, repr=False, compare=False)
+    task_name = "gymnasium"
 
     def __post_init__(self):
         if not self.env_id:
@@ -68,18 +67,3 @@ class GymnasiumTask(GeneratedSplits):
     def env_task(self, answer: str) -> dict[str, int]:
         """The reset arguments of the example whose answer is `answer` (its seed)."""
         return {"seed": int(answer)}
-
-    def reward(self, completion: str, answer: str) -> float:
-        """The total reward of a one-turn episode that plays `completion`."""
-        return one_turn_reward(self.make_env, self.env_task(answer), completion)
-
-    def sft_target(self, answer: str) -> str:
-        """Raises ValueError: a Gymnasium environment has no reference completion."""
-        raise ValueError(self._no_expert())
-
-    def expert_policy(self, rng: np.random.Generator) -> Policy:
-        """Raises ValueError: a Gymnasium environment has no scripted expert."""
-        raise ValueError(self._no_expert())
-
-    def _no_expert(self) -> str:
-        return f"task gymnasium ({self.env_id}) has no scripted expert to SFT on: set sft.steps=0"

@@ -18,16 +18,14 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
+from rljax.data.tasks.expertless import Expertless
 from rljax.data.tasks.local import iter_file_rows
 from rljax.data.tasks.split_hash import text_hash, unit_hash
-from rljax.envs.base import Policy, one_turn_reward
 from rljax.envs.skyrl_gym_env import ROW_KEYS, SkyRLGymText, conversation_text
 
 
 @dataclasses.dataclass(frozen=True)
-class SkyRLTask:
+class SkyRLTask(Expertless):
     """Episodes of the SkyRL-Gym environments that a file's rows name.
 
     Attributes:
@@ -47,6 +45,7 @@ class SkyRLTask:
     seed: int = 0
     rows: dict[str, list[dict[str, Any]]] = dataclasses.field(init=False, repr=False, compare=False)
     splits = ("train", "test")
+    task_name = "skyrl_gym"
 
     def __post_init__(self):
         if self.max_turns < 1 or not 0.0 < self.test_fraction < 1.0:
@@ -115,19 +114,3 @@ class SkyRLTask:
         """The row of the example whose answer is `answer`."""
         split, index = answer.split(":")
         return self._split(split)[int(index)]
-
-    def reward(self, completion: str, answer: str) -> float:
-        """The total reward of a one-turn episode that plays `completion`."""
-        return one_turn_reward(self.make_env, self.env_task(answer), completion)
-
-    def sft_target(self, answer: str) -> str:
-        """Raises ValueError: SkyRL rows carry no reference completion."""
-        raise ValueError(self._no_expert())
-
-    def expert_policy(self, rng: np.random.Generator) -> Policy:
-        """Raises ValueError: SkyRL environments have no scripted expert."""
-        raise ValueError(self._no_expert())
-
-    @staticmethod
-    def _no_expert() -> str:
-        return "task skyrl_gym has no scripted expert to SFT on: set sft.steps=0"
