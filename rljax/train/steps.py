@@ -152,6 +152,22 @@ def _step_key(state: TrainState, salt: int) -> jax.Array:
     return jax.random.fold_in(jax.random.fold_in(state.rng, state.step), salt)
 
 
+def trained_temperature(sampling: SamplingParams) -> float:
+    """The temperature of the policy the trainer trains: the sampler's (1 when it decodes
+    greedily). Samples drawn at temperature T are scored, clipped and updated as samples of
+    softmax(logits / T), as verl and TRL do: training the temperature-1 policy on them is a
+    biased gradient, which at T < 1 pushes probability onto tokens the sampler rarely draws
+    until the entropy blows up."""
+    return 1.0 if sampling.greedy else float(sampling.temperature)
+
+
+def tempered(policy: PolicyStates, temperature: float) -> PolicyStates:
+    """`policy` whose logits are divided by `temperature` (its output matrix is)."""
+    if temperature == 1.0:
+        return policy
+    return policy._replace(head=policy.head / jnp.asarray(temperature, policy.head.dtype))
+
+
 def make_steps(
     graphdef: nnx.GraphDef,
     optimizer: optax.GradientTransformation,
@@ -198,6 +214,7 @@ def make_steps(
     chunk = cfg.vocab_chunk
     wanted = algorithm.batch_stats
     needs_reference = algorithm.needs_reference
+    temperature = trained_temperature(rollout_config.sampling)
     unknown = sorted(set(wanted) - set(TOKEN_STATISTICS))
     if unknown:
         raise ValueError(
@@ -213,7 +230,7 @@ def make_steps(
         # scores each token through the experts that produced it. The pass attends to the
         # environment tokens of multi-turn episodes too (`context_mask`); the statistics and
         # losses read the policy tokens only (`batch.completion_mask`).
-        return policy_states(
+        policy = policy_states(
             graphdef,
             params,
             batch.prompt_tokens,
@@ -223,6 +240,7 @@ def make_steps(
             routes=batch.extras.get(ROUTES_KEY),
             pack_rows=pack_rows(batch.group_id.shape[0]),
         )
+        return tempered(policy, temperature)
 
     def stats(policy: PolicyStates, batch: Batch):
         out = token_stats(policy.completion_hidden, policy.head, batch.completion_tokens, chunk)
@@ -295,8 +313,8 @@ def make_steps(
             "entropy": masked_mean(entropy, mask),
             "kl_to_ref": masked_mean(kl_penalty(logprobs, ref_logprobs, "k3"), mask),
             # Sampler vs trainer policy: log-prob gaps, KL estimates, ESS (0, 0 and 1 up to
-            # numerics when both are the same policy at temperature 1; not so under quantized
-            # rollouts or other temperatures).
+            # numerics: the trainer scores at the sampling temperature; not so under quantized
+            # rollouts, top-k or top-p).
             **mismatch_metrics(batch.replace(old_logprobs=logprobs)),
             # Cui et al.'s first-order law: a natural-PG step of size eta changes the entropy
             # by about -eta * this, so a positive value predicts falling entropy.
@@ -518,6 +536,7 @@ def make_steps(
             completion_tokens,
             completion_mask,
         )
+        policy = tempered(policy, temperature)
         out = token_stats(policy.completion_hidden, policy.head, completion_tokens, chunk)
         return jnp.where(completion_mask, out.logprobs, 0.0)
 

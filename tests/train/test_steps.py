@@ -19,6 +19,7 @@ from rljax.models.config import TransformerConfig
 from rljax.models.transformer import create_model, forward, positions_from_mask
 from rljax.quant.rollout import RolloutWeights
 from rljax.rollout.rescore import ROLLOUT_KEYS, rescore
+from rljax.rollout.sampling import SamplingParams
 from rljax.train.steps import RolloutConfig, UpdateConfig, make_steps
 
 CONFIG = TransformerConfig(vocab_size=30, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)
@@ -70,6 +71,38 @@ def test_prepare_scores_the_rollout_and_computes_group_advantages(setup):
     np.testing.assert_allclose(
         batch.advantages, want[:, None] * np.asarray(batch.completion_mask), atol=1e-5
     )
+
+
+def test_the_trainer_trains_the_policy_at_the_sampling_temperature(setup):
+    """At temperature 0.5 the sampler's log-probs, the trainer's old log-probs and one SGD
+    step are those of softmax(logits / 0.5), from a plain full-vocabulary forward pass."""
+    graphdef, params, prompts, mask = setup
+    rollout = dataclasses.replace(ROLLOUT, sampling=SamplingParams(temperature=0.5))
+    algorithm, optimizer = grpo(group_size=ROLLOUT.n_samples), optax.sgd(0.1)
+    state = init_train_state(params, optimizer, algorithm.transform, jax.random.PRNGKey(0))
+    steps = make_steps(graphdef, optimizer, algorithm, rollout, RECOMPUTE)
+    batch = rollout_batch(steps, state, prompts, mask)
+    state, batch, metrics = steps.prepare(state, batch)
+
+    def logprobs(p):
+        tokens = jnp.concatenate([batch.prompt_tokens, batch.completion_tokens], 1)
+        m = jnp.concatenate([batch.prompt_mask, batch.completion_mask], 1)
+        logits = forward(graphdef, p, tokens, positions_from_mask(m), m)[0]
+        logp = jax.nn.log_softmax(logits / 0.5)
+        return jnp.take_along_axis(logp[:, 2:-1], batch.completion_tokens[..., None], -1)[..., 0]
+
+    w = batch.completion_mask.astype(jnp.float32)
+    np.testing.assert_allclose(batch.old_logprobs, logprobs(params) * w, atol=1e-5)
+    np.testing.assert_allclose(batch.old_logprobs, batch.rollout_logprobs * w, atol=1e-5)
+    assert float(metrics["mismatch/abs_gap_mean"]) < 1e-5  # sampler and trainer agree
+
+    def pg_loss(p):
+        return -(batch.advantages * logprobs(p) * w).sum() / w.sum()
+
+    want = jax.tree.map(lambda p, g: p - 0.1 * g, params, jax.grad(pg_loss)(params))
+    new_state, _ = steps.update(state, batch)
+    for got, ref in zip(jax.tree.leaves(new_state.params), jax.tree.leaves(want)):
+        np.testing.assert_allclose(got, ref, atol=1e-6)
 
 
 @pytest.mark.parametrize("mode", ["recompute", "auto"])
