@@ -36,6 +36,19 @@ def setup():
     return graphdef, params, prompts, prompts > 0
 
 
+def completion_logits(graphdef, params, batch):
+    """[B, T, V] logits that predict each completion token, from a plain full-vocabulary
+    forward pass over prompt + completion (prompts of P = 3 tokens)."""
+    tokens = jnp.concatenate([batch.prompt_tokens, batch.completion_tokens], 1)
+    m = jnp.concatenate([batch.prompt_mask, batch.completion_mask], 1)
+    return forward(graphdef, params, tokens, positions_from_mask(m), m)[0][:, 2:-1]
+
+
+def picked(logp, tokens):
+    """logp[b, t, tokens[b, t]]."""
+    return jnp.take_along_axis(logp, tokens[..., None], -1)[..., 0]
+
+
 def rollout_batch(steps, state, prompts, mask):
     rollout = steps.rollout(state, prompts, mask)
     rewards = (rollout.completion_tokens[:, 0] % 2).astype(jnp.float32)  # any fixed reward
@@ -85,11 +98,8 @@ def test_the_trainer_trains_the_policy_at_the_sampling_temperature(setup):
     state, batch, metrics = steps.prepare(state, batch)
 
     def logprobs(p):
-        tokens = jnp.concatenate([batch.prompt_tokens, batch.completion_tokens], 1)
-        m = jnp.concatenate([batch.prompt_mask, batch.completion_mask], 1)
-        logits = forward(graphdef, p, tokens, positions_from_mask(m), m)[0]
-        logp = jax.nn.log_softmax(logits / 0.5)
-        return jnp.take_along_axis(logp[:, 2:-1], batch.completion_tokens[..., None], -1)[..., 0]
+        logp = jax.nn.log_softmax(completion_logits(graphdef, p, batch) / 0.5)
+        return picked(logp, batch.completion_tokens)
 
     w = batch.completion_mask.astype(jnp.float32)
     np.testing.assert_allclose(batch.old_logprobs, logprobs(params) * w, atol=1e-5)
@@ -113,10 +123,8 @@ def test_one_on_policy_sgd_step_is_the_policy_gradient(setup, mode):
     state, batch, _ = steps.prepare(state, batch)
 
     def pg_loss(p):  # -(1/N) sum_t A_t log pi(y_t), from a plain full-vocabulary forward pass
-        tokens = jnp.concatenate([batch.prompt_tokens, batch.completion_tokens], 1)
-        m = jnp.concatenate([batch.prompt_mask, batch.completion_mask], 1)
-        logp = jax.nn.log_softmax(forward(graphdef, p, tokens, positions_from_mask(m), m)[0])
-        logp = jnp.take_along_axis(logp[:, 2:-1], batch.completion_tokens[..., None], -1)[..., 0]
+        logp = jax.nn.log_softmax(completion_logits(graphdef, p, batch))
+        logp = picked(logp, batch.completion_tokens)
         w = batch.completion_mask.astype(jnp.float32)
         return -(batch.advantages * logp * w).sum() / w.sum()
 
@@ -209,11 +217,7 @@ def test_prepare_computes_the_requested_batch_stats(setup):
     _, out, _ = steps.prepare(state, batch)
 
     def dist(p):
-        tokens = jnp.concatenate([out.prompt_tokens, out.completion_tokens], 1)
-        m = jnp.concatenate([out.prompt_mask, out.completion_mask], 1)
-        logits = forward(graphdef, p, tokens, positions_from_mask(m), m)[0]
-        probs = np.asarray(jax.nn.softmax(logits[:, 2:-1], -1), np.float64)  # P = 3
-        return probs
+        return np.asarray(jax.nn.softmax(completion_logits(graphdef, p, out), -1), np.float64)
 
     cm = np.asarray(out.completion_mask)
     p, q = dist(state.params), dist(state.ref_params)
