@@ -46,8 +46,8 @@ from rljax.train.episodes import (
     EpisodeDraw,
     EpisodeSettings,
     WithGreedyEpisodes,
+    episode_engine,
     is_episodic,
-    run_engine,
 )
 from rljax.train.fresh_replay import ReplayCollector
 from rljax.train.sampler_mesh import SamplerDevices
@@ -201,9 +201,8 @@ def build_episode_collector(
     if isinstance(data, SelectedPromptBatches):
         draw = WithFeedback(draw, data, steps.logprobs)
     if algorithm.greedy_baseline:
-        model_config = nnx.merge(graphdef, state.params).config
-        rollout_config = build_rollout_config(config, tokenizer)
-        engine = run_engine(graphdef, model_config, rollout_config, SamplingParams(greedy=True))
+        greedy = SamplingParams(greedy=True)
+        engine = episode_engine(graphdef, merged_params(state), config, tokenizer, greedy)
         draw = WithGreedyEpisodes(draw, engine, task, tokenizer, settings, executor)
     policy = SamplerPolicy(config.train.max_staleness, None)
     return GroupCollector(draw, config.rollout.n_samples, policy, config.rollout.max_refill_rounds)

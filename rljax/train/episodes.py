@@ -228,7 +228,7 @@ class WithGreedyEpisodes:
 
     Args:
       inner: the episode draw.
-      engine: a greedy engine (`run_engine(..., SamplingParams(greedy=True))`).
+      engine: a greedy engine (`episode_engine(..., SamplingParams(greedy=True))`).
       task, tokenizer, settings, executor: as for `EpisodeDraw`.
     """
 
@@ -466,8 +466,9 @@ def episodic_eval(
     if mesh is not None:
         raise ValueError("episodic tasks are evaluated on one process")
     answers = _split_answers(task, "test", config.task.eval_size, "task.eval_size")
-    engine = _engine(graphdef, params, config, prompts.tokenizer, SamplingParams(greedy=True))
-    results = _play(engine, params, task, prompts.tokenizer, config, answers, 1, 0)
+    tokenizer = prompts.tokenizer
+    engine = episode_engine(graphdef, params, config, tokenizer, SamplingParams(greedy=True))
+    results = _play(engine, params, task, tokenizer, config, answers, 1, 0)
     return episode_eval_metrics(results)
 
 
@@ -480,13 +481,15 @@ def _split_answers(task: Task, split: str, count: int, key: str) -> list[str]:
     return [task.example(i, split)["answer"] for i in range(count)]
 
 
-def _engine(
+def episode_engine(
     graphdef: nnx.GraphDef,
     params: nnx.State,
     config: ConfigDict,
     tokenizer: Tokenizer,
     sampling: SamplingParams,
 ) -> Engine:
+    """`run_engine` for the policy (`params`: its full parameters) with the run's rollout
+    settings, sampling as `sampling` says."""
     model_config = nnx.merge(graphdef, params).config
     return run_engine(graphdef, model_config, build_rollout_config(config, tokenizer), sampling)
 
@@ -556,7 +559,7 @@ def episodic_sample_eval(
         ("sampled", n_samples, plan.sampling),
         ("greedy", 1, SamplingParams(greedy=True)),
     ):
-        engine = _engine(graphdef, params, config, tokenizer, sampling)
+        engine = episode_engine(graphdef, params, config, tokenizer, sampling)
         runs[mode] = _play(engine, params, task, tokenizer, config, answers, n, plan.seed)
     success = np.asarray([r.success for r in runs["sampled"]]).reshape(num_problems, n_samples)
     correct = success.sum(axis=1)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rljax.data.tasks.expertless import Expertless
@@ -44,6 +44,9 @@ class SkyRLTask(Expertless):
     max_turns: int = 4
     seed: int = 0
     rows: dict[str, list[dict[str, Any]]] = dataclasses.field(init=False, repr=False, compare=False)
+    # A fresh adapter per episode (its environment is made in `reset`, from the row): a
+    # partial, not a method, so that a process environment pickles it without the rows.
+    make_env: Callable[[], SkyRLGymText] = dataclasses.field(init=False, repr=False, compare=False)
     splits = ("train", "test")
     task_name = "skyrl_gym"
 
