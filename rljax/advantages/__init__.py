@@ -13,6 +13,7 @@ from rljax.advantages.expthink import (
     expthink_rewards,
 )
 from rljax.advantages.gae import gae, gae_advantages, last_token_rewards
+from rljax.advantages.gdpo import decoupled_group_advantages, gdpo_advantages
 from rljax.advantages.gprl import gpm_dimension_rewards, gprl_advantages, preference_advantages
 from rljax.advantages.group import group_advantages, grpo_advantages, masked_stats
 from rljax.advantages.kernel_baseline import kernel_baseline, kernel_baseline_advantages
@@ -70,6 +71,8 @@ __all__ = [
     "gae_advantages",
     "gpm_dimension_rewards",
     "gprl_advantages",
+    "gdpo_advantages",
+    "decoupled_group_advantages",
     "greedy_baseline_advantages",
     "group_advantages",
     "grpo_advantages",

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rljax.advantages.group import masked_stats
+from rljax.advantages.group import grpo_advantages, masked_stats
 from rljax.core import keys
 from rljax.core.batch import Batch, check_groups
 from rljax.core.transform import Context, Metrics, Transform
@@ -126,12 +126,8 @@ def gprl_advantages(
     _check_group_size(group_size, b)
     weights = jnp.ones((k,), rewards.dtype) if weights is None else jnp.asarray(weights)
     lam = _normalised_weights(weights.astype(rewards.dtype), b, k)  # [B, K]
-    r = rewards.reshape(b // group_size, group_size, k)
-    constant = jnp.all(r == r[:, :1], axis=1, keepdims=True)  # per group and dimension
-    centered = jnp.where(constant, 0.0, r - r.mean(axis=1, keepdims=True))
-    ddof = 1 if unbiased_std else 0
-    std = jnp.sqrt(jnp.sum(centered**2, axis=1, keepdims=True) / (group_size - ddof))
-    z = (centered / (std + eps)).reshape(b, k)  # over the group's samples, per dimension
+    # Each dimension z-scored in its group on its own scale: GDPO's decoupled normalisation.
+    z = grpo_advantages(rewards, group_size, unbiased_std=unbiased_std, eps=eps)
     return (lam * z).sum(axis=1)  # over the K dimensions
 
 

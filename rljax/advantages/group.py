@@ -33,33 +33,35 @@ def grpo_advantages(
     A_i = r_i - mean_g (Dr. GRPO, Liu et al. 2025, arXiv 2503.20783). The std
     is unbiased (ddof=1) by default, as in verl's GRPO (torch.std). A group whose
     rewards are all equal gets exactly 0 (no rounding residue divided by eps).
+    [B, K] rewards are normalised one dimension at a time, each in its group on its own
+    scale (GDPO's decoupled normalisation, GPRL's per-dimension advantages).
 
     Args:
-      rewards: [B] sequence rewards, laid out as B/G contiguous groups.
+      rewards: [B] or [B, K] sequence rewards, laid out as B/G contiguous groups.
       group_size: G, samples per prompt (>= 2).
       normalize_std: divide by the group std.
       unbiased_std: use the ddof=1 std; False uses the population std.
       eps: added to the std.
 
     Returns:
-      [B] advantages.
+      Advantages of the rewards' shape.
 
     Raises:
       ValueError: if G < 2 or G does not divide B.
     """
-    chex.assert_rank(rewards, 1)
+    chex.assert_rank(rewards, {1, 2})
     b = rewards.shape[0]
     _check_group_size(group_size)
     if b % group_size:
         raise ValueError(f"group_size={group_size} does not divide batch {b}")
-    r = rewards.reshape(b // group_size, group_size)
+    r = rewards.reshape(b // group_size, group_size, *rewards.shape[1:])
     constant = jnp.all(r == r[:, :1], axis=1, keepdims=True)
     centered = jnp.where(constant, 0.0, r - r.mean(axis=1, keepdims=True))
     if normalize_std:
         ddof = 1 if unbiased_std else 0
         std = jnp.sqrt(jnp.sum(centered**2, axis=1, keepdims=True) / (group_size - ddof))
         centered = centered / (std + eps)
-    return centered.reshape(b)
+    return centered.reshape(rewards.shape)
 
 
 def group_advantages(

@@ -3,9 +3,10 @@
 `Algorithm` bundles what the train steps need; `established` holds the presets every RL
 framework has (GRPO, PPO, RLOO, DAPO, ...), `seed_methods` those of recent papers,
 `entropy_control` those that steer the policy's entropy, `multi_turn` turn-level credit for
-episodic tasks. Settings that many presets share are
-typed: `PPOSettings` (PPO clip, KL loss, entropy bonus, aggregation) and `Regularizers` (KL
-loss, entropy bonus, aggregation); each field is an `algorithm.*` config key.
+episodic tasks, `trust_region` the 2026 alternatives to PPO's clip (SAPO, GMPO, DPPO).
+Settings that many presets share are typed: `PPOSettings` (PPO clip, KL loss, entropy bonus,
+aggregation) and `Regularizers` (KL loss, entropy bonus, aggregation); each field is an
+`algorithm.*` config key.
 """
 
 from rljax.algorithms.base import Algorithm, PPOSettings, Regularizers
@@ -30,6 +31,7 @@ from rljax.algorithms.seed_methods import (
     dr_mas,
     edo,
     expthink,
+    gdpo,
     gprl,
     ibpo,
     kernel_baseline,
@@ -39,6 +41,7 @@ from rljax.algorithms.seed_methods import (
     power_distillation,
     segment_po,
 )
+from rljax.algorithms.trust_region import dppo, gmpo, sapo
 
 __all__ = [
     "Algorithm",
@@ -64,6 +67,7 @@ __all__ = [
     "kernel_baseline",
     "ibpo",
     "gprl",
+    "gdpo",
     "dgpo",
     "otb",
     "power_distillation",
@@ -75,4 +79,7 @@ __all__ = [
     "uec_rl",
     "turn_grpo",
     "turn_ppo",
+    "sapo",
+    "gmpo",
+    "dppo",
 ]

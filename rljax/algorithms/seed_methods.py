@@ -11,6 +11,7 @@ from rljax.advantages.agent_groups import agent_advantages
 from rljax.advantages.dgpo import deviation_gated_advantages
 from rljax.advantages.exploration_bias import exploration_bias
 from rljax.advantages.expthink import expthink_advantages, expthink_rewards
+from rljax.advantages.gdpo import decoupled_group_advantages
 from rljax.advantages.gprl import preference_advantages
 from rljax.advantages.group import group_advantages
 from rljax.advantages.kernel_baseline import kernel_baseline_advantages
@@ -158,6 +159,18 @@ def gprl(
         num_dimensions=num_dimensions,
     )
     return ppo_preset(chain(advantages), ppo)
+
+
+def gdpo(
+    group_size: int,
+    weights: tuple[float, ...] | None = None,
+    normalize_std: bool = True,
+    ppo: PPOSettings = PPOSettings(),
+) -> Algorithm:
+    """GDPO (arXiv 2601.05242; verl's "gdpo" estimator): each dimension of [B, K] rewards
+    normalised in its group, summed with `weights`, whitened over the batch's tokens
+    (`rljax.advantages.gdpo`), + PPO clip. [B] rewards give GRPO followed by the whitening."""
+    return ppo_preset(chain(decoupled_group_advantages(group_size, weights, normalize_std)), ppo)
 
 
 def dgpo(

@@ -222,7 +222,8 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
         "name": Key(
             "none",
             'sampler/trainer gap correction of quantized rollouts: "tis" (truncated IS), "mis" '
-            '(masked IS), "ais" (adaptive IS) or "none"',
+            '(masked IS), "ais" (adaptive IS), "icepop" (IS weight zeroed outside a ratio band), '
+            '"rejection" (tokens or rows past a k2/k3 divergence threshold) or "none"',
         ),
     },
     "reward": {

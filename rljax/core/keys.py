@@ -153,7 +153,10 @@ KEYS: dict[str, KeyInfo] = {
         "[B, T] f32",
         "rollout-correction importance weights (TIS, AIS)",
         TRANSFORM,
-        read_by="ppo_clip, cispo, gspo, gspo_token, gpg, mu_grpo, segment_po, clip_cov, kl_cov",
+        read_by=(
+            "ppo_clip, cispo, gspo, gspo_token, gpg, mu_grpo, segment_po, clip_cov, kl_cov, "
+            "sapo, gmpo, dppo"
+        ),
     ),
     COV_NOISE: KeyInfo(
         "[B, T] f32", "uniform noise for Clip-Cov's picks", TRANSFORM, read_by="clip_cov"

@@ -21,8 +21,9 @@ import numpy as np
 
 from rljax.metrics.writers import read_metrics
 
-# The objectives' clip metrics: the share of tokens (sequences for GSPO, segments for segment_po)
-# whose clipped term is taken. A run logs the one of its objective.
+# The objectives' clip metrics: the share of tokens (sequences for GSPO, segments for
+# segment_po) whose clipped term is taken (for DPPO: masked out of its trust region). A run
+# logs the one of its objective.
 CLIP_KEYS = (
     "pg/clip_frac",
     "gspo/clip_frac",
@@ -30,6 +31,8 @@ CLIP_KEYS = (
     "cispo/clip_frac",
     "segment_po/clip_frac",
     "mu_grpo/clip_frac",
+    "gmpo/clip_frac",
+    "dppo/masked_frac",
 )
 
 

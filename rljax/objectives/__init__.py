@@ -1,7 +1,9 @@
 """Loss terms: policy-gradient surrogates, KL, entropy, the critic's value loss, distillation."""
 
 from rljax.objectives.cispo import cispo
+from rljax.objectives.dppo import binary_kl, dppo, dppo_trust_mask
 from rljax.objectives.entropy import entropy_bonus
+from rljax.objectives.gmpo import gmpo
 from rljax.objectives.gpg import gpg, valid_group_scale, valid_group_scaling
 from rljax.objectives.gspo import gspo, gspo_token, sequence_log_ratio
 from rljax.objectives.kl import KL_ESTIMATORS, kl_loss, kl_penalty, kl_reward_penalty
@@ -15,6 +17,7 @@ from rljax.objectives.policy_gradient import (
     reinforce,
 )
 from rljax.objectives.power_distillation import power_weighting, power_weights, weighted_sft
+from rljax.objectives.sapo import sapo, sapo_gate
 from rljax.objectives.segment_po import segment_ids, segment_po
 from rljax.objectives.surrogate import ppo_clip
 from rljax.objectives.value import ValueLoss, clipped_value_loss
@@ -28,9 +31,13 @@ __all__ = [
     "reinforce",
     "KL_ESTIMATORS",
     "ValueLoss",
+    "binary_kl",
     "cispo",
     "clipped_value_loss",
+    "dppo",
+    "dppo_trust_mask",
     "entropy_bonus",
+    "gmpo",
     "gpg",
     "gspo",
     "gspo_token",
@@ -42,6 +49,8 @@ __all__ = [
     "power_weighting",
     "power_weights",
     "ppo_clip",
+    "sapo",
+    "sapo_gate",
     "segment_po",
     "segment_ids",
     "sequence_log_ratio",

@@ -19,7 +19,9 @@ from rljax.quant.fp8 import FP8_FORMATS, quantize_fp8
 from rljax.quant.mismatch import (
     adaptive_is,
     ais_lambda,
+    divergence_rejection,
     effective_sample_size,
+    icepop,
     masked_is,
     mismatch_metrics,
     sequence_log_ratio,
@@ -53,6 +55,8 @@ __all__ = [
     "transformer_reduction_axes",
     "adaptive_is",
     "ais_lambda",
+    "divergence_rejection",
+    "icepop",
     "effective_sample_size",
     "masked_is",
     "mismatch_metrics",

@@ -358,3 +358,112 @@ def adaptive_is(cap: float = 2.0, d0: float = 0.01, fixed_lambda: float | None =
         return _set_is_weight(batch, weight), metrics
 
     return stateless(fn, _RATIO_READS | {keys.ADVANTAGES}, {keys.IS_WEIGHT}, {keys.IS_WEIGHT})
+
+
+def icepop(low: float = 0.5, high: float = 5.0) -> Transform:
+    """IcePop (the Ring-1T report, inclusionAI 2025; verl's `rollout_is_threshold="low_high"`):
+    two-sided token masking by the trainer/sampler ratio.
+
+    Writes `batch.extras["is_weight"]` [B, T] = rho_t where low <= rho_t <= high and 0 outside
+    (stop-gradient; an existing weight is multiplied). Unlike `masked_is`, the kept tokens are
+    reweighted by rho and the masked ones stay in the aggregation's count (the weight, not the
+    loss weight, is zeroed), as verl does: a token on which the two engines disagree beyond
+    the band contributes nothing, and the others are importance-corrected.
+
+    Args:
+      low: lower bound of the kept band, >= 0 (the report's 0.5).
+      high: upper bound, > low (the report's 5.0).
+
+    Returns:
+      A stateless `Transform`. Metrics over valid tokens: "icepop/masked_frac" and
+      "icepop/weight_mean".
+
+    Raises:
+      ValueError: unless 0 <= low < high.
+    """
+    if not 0.0 <= low < high:
+        raise ValueError(f"need 0 <= low < high, got low={low}, high={high}")
+
+    def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
+        del ctx
+        mask = batch.completion_mask
+        rho = jnp.exp(token_log_ratio(batch))
+        kept = (rho >= low) & (rho <= high)
+        weight = jnp.where(kept, rho, 0.0)
+        metrics = {
+            "icepop/masked_frac": masked_mean(~kept, mask),
+            "icepop/weight_mean": masked_mean(weight, mask),
+        }
+        return _set_is_weight(batch, weight), metrics
+
+    return stateless(fn, _RATIO_READS, {keys.IS_WEIGHT}, {keys.IS_WEIGHT})
+
+
+DIVERGENCE_ESTIMATES = ("k2", "k3")
+REJECTION_LEVELS = ("token", "sequence_sum", "sequence_mean", "sequence_max")
+
+
+def divergence_rejection(
+    threshold: float = 0.01, estimator: str = "k3", level: str = "sequence_mean"
+) -> Transform:
+    """Rejection by an estimated sampler/trainer divergence (verl's `rollout_rs` options
+    token_k*, seq_sum_k*, seq_mean_k*, seq_max_k*): a hard trust region between the two
+    engines.
+
+    Per token, with l = log rho_t (`token_log_ratio`), the estimate is k2 = l^2 / 2 or
+    k3 = rho - 1 - l (non-negative; its mean over the sampler's tokens estimates
+    KL(mu || pi_old)). "token" rejects the tokens whose estimate exceeds `threshold`;
+    "sequence_sum" / "sequence_mean" / "sequence_max" reject whole rows whose sum / mean /
+    largest estimate over valid tokens does. Rejection multiplies `batch.loss_weights` by 0, as
+    `masked_is` does. The ratio-band rejections (verl's *_k1) are `masked_is`: verl's
+    token_k1 with bounds "a_b" keeps 1/b <= rho <= 1/a (its k1 is -log rho), which is
+    `masked_is(low=1/b, high=1/a)`, and seq_mean_k1 is its `level="sequence",
+    sequence_ratio="geometric"` form, the geometric-mean ratio of the row.
+
+    Args:
+      threshold: the largest estimate kept, > 0.
+      estimator: "k2" or "k3".
+      level: "token", "sequence_sum", "sequence_mean" or "sequence_max".
+
+    Returns:
+      A stateless `Transform`. Metrics: "rejection/masked_frac" (valid tokens rejected),
+      "rejection/masked_seq_frac" (rows with a valid token that lost any) and
+      "rejection/estimate_mean" (the token estimate's mean over valid tokens).
+
+    Raises:
+      ValueError: for a non-positive threshold or an unknown estimator / level.
+    """
+    if not threshold > 0.0:
+        raise ValueError(f"threshold={threshold} must be > 0")
+    _check_choice("estimator", estimator, DIVERGENCE_ESTIMATES)
+    _check_choice("level", level, REJECTION_LEVELS)
+
+    def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
+        del ctx
+        mask = batch.completion_mask
+        log_ratio = token_log_ratio(batch)
+        if estimator == "k2":
+            estimate = 0.5 * jnp.square(log_ratio)
+        else:
+            estimate = jnp.exp(log_ratio) - 1.0 - log_ratio
+        estimate = jnp.where(mask, estimate, 0.0)
+        if level == "token":
+            out = estimate > threshold
+        else:
+            if level == "sequence_sum":
+                row = estimate.sum(axis=1)
+            elif level == "sequence_mean":
+                row = safe_div(estimate.sum(axis=1), mask.sum(axis=1).astype(jnp.float32))
+            else:
+                row = estimate.max(axis=1)  # estimates are >= 0 and padding holds 0
+            out = jnp.broadcast_to((row > threshold)[:, None], mask.shape)
+        out = out & mask
+        metrics = {
+            "rejection/masked_frac": masked_mean(out, mask),
+            "rejection/masked_seq_frac": masked_mean(out.any(axis=1), mask.any(axis=1)),
+            "rejection/estimate_mean": masked_mean(estimate, mask),
+        }
+        loss_weights = jnp.where(out, 0.0, batch.loss_weights).astype(batch.loss_weights.dtype)
+        return batch.replace(loss_weights=loss_weights), metrics
+
+    return stateless(fn, _RATIO_READS | {keys.LOSS_WEIGHTS}, {keys.LOSS_WEIGHTS})

@@ -41,7 +41,13 @@ from rljax.models.lora import count, frozen_base, init_adapters
 from rljax.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from rljax.models.transformer import create_model
 from rljax.parallel.mesh import make_mesh
-from rljax.quant.mismatch import adaptive_is, masked_is, truncated_is
+from rljax.quant.mismatch import (
+    adaptive_is,
+    divergence_rejection,
+    icepop,
+    masked_is,
+    truncated_is,
+)
 from rljax.quant.rollout import RolloutWeights
 from rljax.rewards import score_completions
 from rljax.rewards.pool import POOL_KINDS, score_on_shared_pool
@@ -274,6 +280,8 @@ ROLLOUT_CORRECTIONS: dict[str, Callable[..., Transform]] = {
     "tis": truncated_is,
     "mis": masked_is,
     "ais": adaptive_is,
+    "icepop": icepop,
+    "rejection": divergence_rejection,
 }
 
 
@@ -483,13 +491,13 @@ def _reads_budget(accepted: dict[str, PresetSetting], values: dict[str, Any]) ->
 
 
 def build_rollout_correction(config: ConfigDict) -> Transform | None:
-    """The `rollout_correction.name` transform ("tis", "mis", "ais") with the section's other
-    keys as its settings, or None for "none".
+    """The `rollout_correction.name` transform ("tis", "mis", "ais", "icepop", "rejection")
+    with the section's other keys as its settings, or None for "none".
 
     It corrects the policy gradient for the gap between the sampler's policy and the
-    trainer's (quantized rollouts, `rollout.weight_format`): TIS and AIS through the
-    per-token `is_weight` that every policy-gradient objective applies, MIS through the loss
-    weights.
+    trainer's (quantized rollouts, `rollout.weight_format`): TIS, AIS and IcePop through the
+    per-token `is_weight` that every policy-gradient objective applies, MIS and the
+    divergence rejection through the loss weights.
     """
     section = config.rollout_correction
     if section.name == "none":

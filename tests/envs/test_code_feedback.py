@@ -100,7 +100,7 @@ def test_task_examples_and_its_target_passes():
         assert tests[-1][1] == int(secret)  # the last test's value is the secret itself
         assert task.reward(task.sft_target(ex["answer"]), ex["answer"]) == 1.0
     assert kinds == {"add", "mul"}
-    assert secret_function("mul", 4) == "def f(x): return x*4"
+    assert secret_function("mul", 4) == "k=4\ndef f(x): return x*k"
     assert task.env_task("mul;4")["tests"] == [["f(3)", 12], ["f(1)", 4]]
     result = run_episode(
         task.make_env,

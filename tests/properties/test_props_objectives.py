@@ -44,6 +44,10 @@ OBJECTIVES = {
     "weighted_sft": obj.weighted_sft(),
     "segment_po": obj.segment_po((0,)),
     "segment_po_none": obj.segment_po(()),
+    "sapo": obj.sapo(),
+    "gmpo": obj.gmpo(aggregation="token-mean"),
+    "dppo_tv": obj.dppo("tv"),
+    "dppo_kl": obj.dppo("kl", aggregation="seq-mean-token-sum"),
     "sum": sum_objectives(obj.ppo_clip(), obj.kl_loss(0.1), obj.entropy_bonus(0.01)),
 }
 

@@ -419,6 +419,31 @@ OLD_KEYS = {
         "replay_every": ("5", "int"),
         "replay_threshold": ("1.0", "float"),
     },
+    # Added since: issue 26's GDPO and trust-region presets.
+    "gdpo": {
+        **PPO_KEYS,
+        "normalize_std": ("True", "bool"),
+        "weights": ("None", "NoneType|tuple"),
+    },
+    "sapo": {
+        **REGULARIZER_KEYS,
+        "aggregation": ("'seq-mean-token-mean'", "str"),
+        "tau_neg": ("1.05", "float"),
+        "tau_pos": ("1.0", "float"),
+    },
+    "gmpo": {
+        **REGULARIZER_KEYS,
+        "aggregation": ("'seq-mean-token-mean'", "str"),
+        "eps_high": ("0.4", "float"),
+        "eps_low": ("0.4", "float"),
+    },
+    "dppo": {
+        **REGULARIZER_KEYS,
+        "delta_high": ("0.2", "float"),
+        "delta_low": ("0.2", "float"),
+        "divergence": ("'tv'", "str"),
+        "ratio_cap": ("20.0", "float"),
+    },
 }
 
 

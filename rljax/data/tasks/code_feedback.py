@@ -19,20 +19,22 @@ from rljax.data.tasks.generated import GeneratedSplits
 from rljax.envs.base import Policy
 from rljax.envs.code_feedback import CodeFeedback
 
-# kind -> (prompt, the function's body with {k}, its value, the tests' inputs, the secret's
-# range). The last input makes f's value the secret itself, so a failing report ends with it
-# ("... expected 7"), at a fixed distance from where a revision writes it.
+# kind -> (prompt, the function's body, its value, the tests' inputs, the secret's range). The
+# last input makes f's value the secret itself, so a failing report ends with it ("... expected
+# 7"), and a program names its constant first ("k=7" on its first line): a revision copies the
+# number from four tokens back. At the end of a one-line program, 20 tokens back, the tiny
+# model did not learn the copy from SFT, as the tool recipe's varying widths did not.
 _KINDS = {
     "add": (
         "Write f(x) that adds a secret number to x.",
-        "x+{k}",
+        "x+k",
         lambda x, k: x + k,
         (5, 0),
         (0, 9),
     ),
     "mul": (
         "Write f(x) that multiplies x by a secret number.",
-        "x*{k}",
+        "x*k",
         lambda x, k: x * k,
         (3, 1),
         (2, 9),
@@ -42,8 +44,8 @@ _EXPECTED = re.compile(r"expected (-?\d+)")
 
 
 def secret_function(kind: str, k: int) -> str:
-    """The program `def f(x): return x+k` (kind "add") or `x*k` ("mul")."""
-    return f"def f(x): return {_KINDS[kind][1].format(k=k)}"
+    """The program "k=<k>\ndef f(x): return x+k" (kind "add") or `x*k` ("mul")."""
+    return f"k={k}\ndef f(x): return {_KINDS[kind][1]}"
 
 
 def code_feedback_expert(kind: str, rng: np.random.Generator) -> Policy:
