@@ -341,6 +341,13 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
             "transform or statistic reads the old policy; else recompute)",
             choices=("auto", "recompute", "sampler"),
         ),
+        "top_entropy_fraction": Key(
+            1.0,
+            "train the policy-gradient term on this share of tokens, the highest-entropy ones "
+            "(the 80/20 rule, arXiv 2506.01939: 0.2; 1.0: all)",
+            gt=0,
+            max=1,
+        ),
         "eval_every": Key(50, "steps between held-out evals", min=1),
         "checkpoint_every": Key(50, "steps between checkpoints", min=1),
         "max_checkpoints": Key(2, "checkpoints kept", min=1),

@@ -1,5 +1,6 @@
 """Entropy control: Entrocraft's scheduled band and entropic baseline, Cui et al.'s
-covariance law with Clip-Cov / KL-Cov, and UEC-RL's exploration and replay rules."""
+covariance law with Clip-Cov / KL-Cov, UEC-RL's exploration and replay rules, and the 80/20
+high-entropy token mask."""
 
 from rljax.entropy.covariance import (
     clip_cov,
@@ -15,6 +16,7 @@ from rljax.entropy.entrocraft import (
     entropy_band,
     raw_reward_advantages,
 )
+from rljax.entropy.high_entropy import high_entropy_mask, high_entropy_tokens
 from rljax.entropy.uec import (
     UECSettings,
     hard_prompts,
@@ -28,6 +30,8 @@ __all__ = [
     "clip_cov",
     "covariance_noise",
     "entropic_advantages",
+    "high_entropy_mask",
+    "high_entropy_tokens",
     "entropy_band",
     "entrocraft_advantages",
     "kl_cov",

@@ -31,6 +31,7 @@ from rljax.data.samplers.dare import DARESettings
 from rljax.data.samplers.fresh_per import FreshPERSettings
 from rljax.data.samplers.lope import LoPESettings
 from rljax.data.tasks import Task, get_task
+from rljax.entropy.high_entropy import high_entropy_tokens
 from rljax.entropy.uec import UECSettings
 from rljax.models.config import TransformerConfig
 from rljax.models.fetch import fetch_gemma3, fetch_smollm2
@@ -451,7 +452,9 @@ def build_algorithm(config: ConfigDict, vocab_size: int | None = None) -> algori
     instance from the preset's default one (`preset_arguments`). Presets that take a
     `vocab_size` (DGPO's entropy gate) get the policy's; presets that take `total_steps`
     (Entrocraft's schedules) get `train.steps`; a `max_len` that is the generation budget
-    (`_reads_budget`) gets `rollout.max_new_tokens`. The result's declared keys are
+    (`_reads_budget`) gets `rollout.max_new_tokens`. `train.top_entropy_fraction` < 1 restricts
+    the policy-gradient term to the highest-entropy tokens (`high_entropy_tokens`). The
+    result's declared keys are
     checked (`rljax.core.keys.check_algorithm`): a key read that nothing produces, or an extras
     key written that nothing reads (GPRL's clip scale under CISPO), is a ValueError.
     """
@@ -475,6 +478,9 @@ def build_algorithm(config: ConfigDict, vocab_size: int | None = None) -> algori
     correction = build_rollout_correction(config)
     if correction is not None:  # after the advantages: AIS reads them
         algorithm = algorithm._replace(transform=chain(algorithm.transform, correction))
+    if config.train.top_entropy_fraction < 1.0:
+        masked = high_entropy_tokens(algorithm.objective, config.train.top_entropy_fraction)
+        algorithm = algorithm._replace(objective=masked)
     check_algorithm(algorithm)
     return algorithm
 

@@ -144,6 +144,7 @@ ADDED_SINCE = {
     "env.overlap": False,
     "env.isolation": "thread",
     "sft.scripted_episodes": 4096,
+    "train.top_entropy_fraction": 1.0,
 }
 # Keys added with the diffusion policy on the driver (model.kind; the others are read by a
 # model.kind="diffusion" run only), at their defaults in a causal recipe.
