@@ -24,6 +24,7 @@ from rljax.advantages.lead import (
     psi_target_weights,
     target_lengths,
 )
+from rljax.advantages.max_likelihood import max_likelihood_advantages, mean_normalized_advantages
 from rljax.advantages.optimal_baseline import length_weighted_baseline_advantages, opo_advantages
 from rljax.advantages.optimal_token_baseline import (
     logit_gradient_proxy,
@@ -73,6 +74,8 @@ __all__ = [
     "gprl_advantages",
     "gdpo_advantages",
     "decoupled_group_advantages",
+    "max_likelihood_advantages",
+    "mean_normalized_advantages",
     "greedy_baseline_advantages",
     "group_advantages",
     "grpo_advantages",

@@ -33,6 +33,7 @@ from rljax.objectives.value import clipped_value_loss
 def grpo(
     group_size: int,
     normalize_std: bool = True,
+    std_scope: str = "group",
     ppo: PPOSettings = PPOSettings(),
 ) -> Algorithm:
     """GRPO (Shao et al. 2024, arXiv 2402.03300): group advantages + PPO clip (+ KL, entropy).
@@ -47,13 +48,17 @@ def grpo(
 
     Args:
       group_size: samples per prompt.
-      normalize_std: divide group-centred rewards by the group std.
+      normalize_std: divide group-centred rewards by a std.
+      std_scope: "group" (the group's std, GRPO) or "batch" (the std of all the batch's
+        rewards plus 1e-4: TRL's `scale_rewards="batch"`, `batch_std_advantages`).
       ppo: the clip ranges, KL loss, entropy bonus and loss aggregation (`PPOSettings`).
 
     Returns:
       An `Algorithm`.
     """
-    return ppo_preset(group_advantages(group_size, normalize_std=normalize_std), ppo)
+    eps = 1e-4 if std_scope == "batch" else 1e-6
+    advantages = group_advantages(group_size, normalize_std, eps=eps, std_scope=std_scope)
+    return ppo_preset(advantages, ppo)
 
 
 def dr_grpo(

@@ -16,6 +16,7 @@ from rljax.advantages.gprl import preference_advantages
 from rljax.advantages.group import group_advantages
 from rljax.advantages.kernel_baseline import kernel_baseline_advantages
 from rljax.advantages.lead import lead_advantages
+from rljax.advantages.max_likelihood import mean_normalized_advantages
 from rljax.advantages.optimal_token_baseline import optimal_token_baseline_advantages
 from rljax.advantages.prefix_tree import implicit_process_advantages
 from rljax.algorithms.base import (
@@ -171,6 +172,13 @@ def gdpo(
     normalised in its group, summed with `weights`, whitened over the batch's tokens
     (`rljax.advantages.gdpo`), + PPO clip. [B] rewards give GRPO followed by the whitening."""
     return ppo_preset(chain(decoupled_group_advantages(group_size, weights, normalize_std)), ppo)
+
+
+def maxrl(group_size: int, ppo: PPOSettings = PPOSettings()) -> Algorithm:
+    """MaxRL (Maximum-Likelihood RL, arXiv 2602.02710; prime-rl's `max_rl`): group
+    advantages divided by the group's mean reward instead of its std, which optimises the
+    log-likelihood of success (`rljax.advantages.max_likelihood`), + PPO clip."""
+    return ppo_preset(chain(mean_normalized_advantages(group_size)), ppo)
 
 
 def dgpo(

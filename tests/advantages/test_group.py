@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rljax.advantages.group import group_advantages, grpo_advantages
+from rljax.advantages.group import batch_std_advantages, group_advantages, grpo_advantages
 from rljax.core.batch import make_batch
 from rljax.core.transform import Context
 
@@ -142,3 +142,33 @@ def test_random_rewards_and_masks_are_finite_and_centred(rewards, mask):
     np.testing.assert_allclose(seq.reshape(2, 4).sum(axis=1), 0.0, atol=1e-5)
     for g in seq.reshape(2, 4):
         assert np.allclose(g, 0.0) or abs(np.std(g, ddof=1) - 1.0) < 1e-3
+
+
+def test_batch_std_advantages_match_trl_scale_rewards_batch():
+    # TRL: (r - group mean) / (torch.std(all rewards) + 1e-4), torch.std unbiased.
+    rewards = np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.5, 0.5, 0.5, 0.5], np.float32)
+    r = rewards.astype(np.float64)
+    centred = r - np.repeat(r.reshape(3, 4).mean(axis=1), 4)
+    expected = centred / (r.std(ddof=1) + 1e-4)
+    ours = batch_std_advantages(jnp.asarray(rewards), 4)
+    np.testing.assert_allclose(ours, expected, rtol=1e-6, atol=1e-7)
+    # The 1-in-4 and 3-in-4 groups get the same scale, unlike the group std's (equal here by
+    # symmetry); the constant group gets exactly 0.
+    np.testing.assert_array_equal(np.asarray(ours)[8:], 0.0)
+
+
+def test_group_advantages_with_batch_scope_and_errors():
+    rewards = jnp.asarray([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    t = group_advantages(4, std_scope="batch", eps=1e-4)
+    batch = make_batch(
+        prompt_tokens=np.zeros((8, 1)),
+        prompt_mask=np.ones((8, 1)),
+        completion_tokens=np.zeros((8, 2)),
+        completion_mask=np.ones((8, 2), bool),
+        group_id=np.arange(8) // 4,
+        rewards=rewards,
+    )
+    out = t.apply(batch, t.init(), Context(step=jnp.int32(0), rng=jax.random.PRNGKey(0)))[0]
+    np.testing.assert_allclose(out.advantages[:, 0], batch_std_advantages(rewards, 4), rtol=1e-6)
+    with pytest.raises(ValueError, match="std_scope='row'"):
+        group_advantages(4, std_scope="row")

@@ -331,7 +331,7 @@ OLD_KEYS = {
         "num_dimensions": ("REQUIRED", "int"),
         "weights": ("None", "NoneType|tuple"),
     },
-    "grpo": {**PPO_KEYS, "normalize_std": ("True", "bool")},
+    "grpo": {**PPO_KEYS, "normalize_std": ("True", "bool"), "std_scope": ("'group'", "str")},
     "gspo": {
         "entropy_coef": ("0.0", "float"),
         "eps_high": ("0.0004", "float"),
@@ -419,7 +419,8 @@ OLD_KEYS = {
         "replay_every": ("5", "int"),
         "replay_threshold": ("1.0", "float"),
     },
-    # Added since: issue 26's GDPO and trust-region presets.
+    # Added since: issue 26's GDPO, MaxRL and trust-region presets.
+    "maxrl": PPO_KEYS,
     "gdpo": {
         **PPO_KEYS,
         "normalize_std": ("True", "bool"),
