@@ -32,7 +32,7 @@ def get_config() -> ConfigDict:
     config.task.update(max_prompt_len=64, eval_size=256)
     # Programs run in sandbox subprocesses, on the environment threads.
     config.env.update(chat_format="plain", time_limit_s=10.0, workers=4)
-    config.sft.update(steps=300, batch_size=64, learning_rate=1e-3)
+    config.sft.update(steps=600, batch_size=64, learning_rate=2e-3)
     # Two programs of about 20 bytes and their EOS, and one report of 2 lines, fit in 112.
     config.rollout.update(max_new_tokens=112, n_samples=8, temperature=1.0, slots=128)
 

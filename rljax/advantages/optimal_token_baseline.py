@@ -19,6 +19,9 @@ _EPS = 1e-8
 _MAX_LOG_RATIO = 20.0
 
 
+ALIGNMENTS = ("position", "policy_token")
+
+
 def _check_group_size(group_size: int) -> None:
     if group_size < 1:
         raise ValueError(f"group_size={group_size} must be a positive int")
@@ -50,6 +53,7 @@ def optimal_token_baseline(
     mask: jax.Array,
     group_size: int,
     handle_zero_tail: bool = False,
+    align: str = "position",
 ) -> jax.Array:
     """Token advantages against the optimal per-position baseline of each prompt group.
 
@@ -63,22 +67,39 @@ def optimal_token_baseline(
     tokens) gets baseline 0 at positions t >= the second-longest length, where no other sample
     is valid (verl's option; its default is False for single-turn, True for tool use).
 
+    `align="policy_token"` is TIR-OTB (verl's `tir_optimal_token_baseline`, for multi-turn
+    tool use): the group's samples are aligned by policy token, the k-th token the policy
+    wrote in each, not by absolute position, so environment tokens between turns (masked
+    out) neither shift one sample against another nor take part in W. On a single-turn batch
+    (every mask a prefix) the two alignments are the same.
+
     Args:
       returns: [B, T] returns G_t (reward-to-go), laid out as B/G contiguous groups.
       token_weights: [B, T] per-token proxies w_t >= 0 (see `logit_gradient_proxy`).
       mask: [B, T] bool, the valid (completion) tokens.
       group_size: G, samples per prompt (>= 1).
       handle_zero_tail: zero the baseline on the unique longest response's tail.
+      align: "position" or "policy_token".
 
     Returns:
       [B, T] advantages, 0 on invalid tokens.
 
     Raises:
-      ValueError: if G < 1 or G does not divide B.
+      ValueError: if G < 1, G does not divide B, or `align` is unknown.
     """
     chex.assert_rank(returns, 2)
     chex.assert_equal_shape([returns, token_weights, mask])
     _check_group_size(group_size)
+    if align not in ALIGNMENTS:
+        raise ValueError(f"align={align!r} must be one of {list(ALIGNMENTS)}")
+    if align == "policy_token":
+        # Each row's valid tokens moved to its front, in order; the result moved back.
+        order = jnp.argsort(~mask, axis=1, stable=True)
+        take = lambda x: jnp.take_along_axis(x, order, axis=1)  # noqa: E731
+        packed = optimal_token_baseline(
+            take(returns), take(token_weights), take(mask), group_size, handle_zero_tail
+        )
+        return jnp.take_along_axis(packed, jnp.argsort(order, axis=1), axis=1)
     b, t = returns.shape
     if b % group_size:
         raise ValueError(f"group_size={group_size} does not divide batch {b}")
@@ -106,6 +127,7 @@ def optimal_token_baseline_advantages(
     use_is_weight: bool = False,
     handle_zero_tail: bool = False,
     is_cap: float | None = None,
+    align: str = "position",
 ) -> Transform:
     """Transform writing `batch.advantages = optimal_token_baseline(G, w, mask)` (OTB).
 
@@ -126,6 +148,8 @@ def optimal_token_baseline_advantages(
       use_is_weight: scale the proxy by the squared rollout IS weight.
       handle_zero_tail: see `optimal_token_baseline`.
       is_cap: optional upper bound (> 0) on rho_t before squaring.
+      align: "position", or "policy_token" for TIR-OTB on multi-turn episodes (see
+        `optimal_token_baseline`).
 
     Returns:
       A stateless `Transform`. Metrics: "otb/advantages/{mean,std,min,max}" and
@@ -140,6 +164,8 @@ def optimal_token_baseline_advantages(
     _check_group_size(group_size)
     if is_cap is not None and not is_cap > 0:
         raise ValueError(f"is_cap={is_cap} must be > 0 (an upper bound on the IS ratio)")
+    if align not in ALIGNMENTS:
+        raise ValueError(f"align={align!r} must be one of {list(ALIGNMENTS)}")
 
     def fn(batch: Batch, ctx: Context) -> tuple[Batch, Metrics]:
         del ctx
@@ -179,7 +205,7 @@ def optimal_token_baseline_advantages(
             if is_cap is not None:
                 rho = jnp.minimum(rho, is_cap)
             w = w * rho**2
-        adv = optimal_token_baseline(returns, w, mask, group_size, handle_zero_tail)
+        adv = optimal_token_baseline(returns, w, mask, group_size, handle_zero_tail, align)
         adv = jax.lax.stop_gradient(adv)
         metrics = masked_stats(adv, mask, "otb/advantages")
         n = jnp.maximum(mask.sum(), 1).astype(jnp.float32)

@@ -22,7 +22,8 @@ class Algorithm(NamedTuple):
     What the steps compute for it follows from the keys its transforms and objective terms
     declare (`rljax.core.keys`): a reference policy when anything reads `ref_logprobs` (or a
     statistic that needs it), the prepare step's per-token statistics that are read, the
-    driver's greedy decode when `extras.baseline_reward` is read.
+    driver's greedy decode when `extras.baseline_reward` is read, its teacher scoring when
+    `extras.teacher_logprobs` is.
 
     Attributes:
       transform: the transform chain run once per rollout batch (rewards -> advantages).
@@ -75,6 +76,12 @@ class Algorithm(NamedTuple):
         """Whether the driver also decodes each prompt greedily and puts the greedy completion's
         reward in `batch.extras["baseline_reward"]` (ReMax): something reads it."""
         return keys.BASELINE_REWARD in self.reads
+
+    @property
+    def needs_teacher(self) -> bool:
+        """Whether the driver scores each batch's tokens with a teacher policy and puts the
+        log-probs in `batch.extras["teacher_logprobs"]` (on-policy distillation)."""
+        return keys.TEACHER_LOGPROBS in self.reads
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from rljax.advantages.agent_groups import agent_advantages
 from rljax.advantages.dgpo import deviation_gated_advantages
+from rljax.advantages.distillation import teacher_advantages
 from rljax.advantages.exploration_bias import exploration_bias
 from rljax.advantages.expthink import expthink_advantages, expthink_rewards
 from rljax.advantages.gdpo import decoupled_group_advantages
@@ -181,6 +182,20 @@ def maxrl(group_size: int, ppo: PPOSettings = PPOSettings()) -> Algorithm:
     return ppo_preset(chain(mean_normalized_advantages(group_size)), ppo)
 
 
+def on_policy_distillation(
+    group_size: int,
+    teacher_coef: float = 1.0,
+    task_coef: float = 0.0,
+    ppo: PPOSettings = PPOSettings(),
+) -> Algorithm:
+    """On-policy distillation (GKD, arXiv 2306.13649; verl/TRL/prime-rl's `opd`): the student
+    samples, the teacher policy of `teacher.run_dir` scores each sampled token, and the
+    per-token advantage is `teacher_coef` x (log pi_teacher - log pi_student), plus `task_coef`
+    x GRPO's advantage of the task rewards (`rljax.advantages.distillation`), + PPO clip."""
+    transform = chain(group_advantages(group_size), teacher_advantages(teacher_coef, task_coef))
+    return ppo_preset(transform, ppo)
+
+
 def dgpo(
     group_size: int,
     vocab_size: int,
@@ -208,12 +223,17 @@ def otb(
     group_size: int,
     use_is_weight: bool = False,
     handle_zero_tail: bool = False,
+    align: str = "position",
     ppo: PPOSettings = PPOSettings(),
 ) -> Algorithm:
     """Optimal Token Baseline (arXiv 2602.07078): a per-position group baseline weighted by
     the cumulative logit-gradient proxy (from the prepare step's sum of squared
-    probabilities), no std normalisation, + PPO clip (`ppo`: `PPOSettings`)."""
-    advantages = optimal_token_baseline_advantages(group_size, use_is_weight, handle_zero_tail)
+    probabilities), no std normalisation, + PPO clip (`ppo`: `PPOSettings`).
+    `align="policy_token"` is TIR-OTB (verl's tool-integrated variant) for episodic tasks:
+    samples aligned by the policy's own tokens, environment tokens skipped."""
+    advantages = optimal_token_baseline_advantages(
+        group_size, use_is_weight, handle_zero_tail, align=align
+    )
     return ppo_preset(chain(advantages), ppo)
 
 

@@ -5,7 +5,14 @@
 checks a config and returns it complete, so code reads it and never supplies a default.
 """
 
-from rljax.config.schema import OPEN_SECTIONS, SCHEMA, Key, default_config
+from rljax.config.schema import OPEN_SECTIONS, SCHEMA, Key, config_from_json, default_config
 from rljax.config.validate import validate_config
 
-__all__ = ["OPEN_SECTIONS", "SCHEMA", "Key", "default_config", "validate_config"]
+__all__ = [
+    "OPEN_SECTIONS",
+    "SCHEMA",
+    "Key",
+    "config_from_json",
+    "default_config",
+    "validate_config",
+]

@@ -396,6 +396,15 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
         ),
     },
     # LoRA (rljax.models.lora): train low-rank adapters on these projections, base frozen.
+    # On-policy distillation's teacher (`algorithm.name="on_policy_distillation"`).
+    "teacher": {
+        "run_dir": Key(
+            "",
+            "the run directory of the teacher policy (its config.json and checkpoints); "
+            "needed by an algorithm that reads teacher log-probs, refused by any other",
+        ),
+        "step": Key(-1, "the teacher's checkpoint step; -1: the newest", min=-1),
+    },
     "lora": {
         "rank": Key(
             0,
@@ -471,3 +480,32 @@ def default_config() -> ConfigDict:
             for name, entry in SCHEMA.items()
         }
     )
+
+
+def config_from_json(stored: dict[str, Any]) -> ConfigDict:
+    """The config a run stored as `config.json`, on top of `default_config()` (keys added to
+    the schema since then take their defaults).
+
+    JSON has no tuples, so a stored list becomes a tuple where the schema's default is one,
+    and everywhere in the open sections (preset, task and correction settings are tuples in
+    configs, e.g. `segment_po`'s `delimiter_ids`).
+    """
+
+    def tupled(value: Any) -> Any:
+        return tuple(tupled(v) for v in value) if isinstance(value, list) else value
+
+    config = default_config()
+    for name, value in stored.items():
+        entry = SCHEMA.get(name)
+        if not isinstance(value, dict):
+            config[name] = (
+                tupled(value) if isinstance(getattr(entry, "default", None), tuple) else value
+            )
+            continue
+        if name not in config:
+            config[name] = {}
+        for key, item in value.items():
+            spec = entry.get(key) if isinstance(entry, dict) else None
+            is_tuple = name in OPEN_SECTIONS or isinstance(getattr(spec, "default", None), tuple)
+            config[name][key] = tupled(item) if is_tuple else item
+    return config

@@ -73,6 +73,7 @@ LOSS_WEIGHTS = "loss_weights"
 PROMPT_ID = extra("prompt_id")
 TOKEN_REWARDS = extra("token_rewards")
 BASELINE_REWARD = extra("baseline_reward")
+TEACHER_LOGPROBS = extra("teacher_logprobs")
 ROUTES = extra("routes")
 OLD_ENTROPY = extra("old_entropy")
 OLD_SUM_SQ_PROB = extra("old_sum_sq_prob")
@@ -116,6 +117,12 @@ KEYS: dict[str, KeyInfo] = {
     TOKEN_REWARDS: KeyInfo("[B, T] f32", "per-token rewards (reward.token_level)", COLLECTOR),
     BASELINE_REWARD: KeyInfo(
         "[B] f32", "reward of the prompt's greedy completion (the driver decodes it)", COLLECTOR
+    ),
+    TEACHER_LOGPROBS: KeyInfo(
+        "[B, T] f32",
+        "the teacher's log-probs of the sampled tokens (on-policy distillation; the driver "
+        "scores them with teacher.run_dir's policy)",
+        COLLECTOR,
     ),
     ROUTES: KeyInfo("[B, P + T, L, k] int32", "an MoE rollout's expert choices", SAMPLER),
     AGENT_ID: KeyInfo("[B] int32", "which agent wrote each sample (multi-agent)", COLLECTOR),

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from absl import logging
 from flax import nnx
 from jax.sharding import Mesh, PartitionSpec
 from ml_collections import ConfigDict
@@ -53,6 +54,7 @@ from rljax.train.fresh_replay import ReplayCollector
 from rljax.train.sampler_mesh import SamplerDevices
 from rljax.train.staleness import SamplerPolicy
 from rljax.train.steps import RolloutConfig, Steps, make_steps
+from rljax.train.teacher import WithTeacher, load_teacher, teacher_scorer
 from rljax.train.uec import UECCollector
 
 
@@ -149,6 +151,7 @@ def build_collector(
     if algorithm.greedy_baseline:
         greedy = greedy_decoder(graphdef, config, tokenizer)
         draw = WithGreedyBaseline(draw, greedy, task, tokenizer, scorer)
+    draw = with_teacher(draw, config, tokenizer, algorithm)
     collector: Collector = GroupCollector(
         draw, n, SamplerPolicy(staleness, devices), r.max_refill_rounds
     )
@@ -204,8 +207,36 @@ def build_episode_collector(
         greedy = SamplingParams(greedy=True)
         engine = episode_engine(graphdef, merged_params(state), config, tokenizer, greedy)
         draw = WithGreedyEpisodes(draw, engine, task, tokenizer, settings, executor)
+    draw = with_teacher(draw, config, tokenizer, algorithm)
     policy = SamplerPolicy(config.train.max_staleness, None)
     return GroupCollector(draw, config.rollout.n_samples, policy, config.rollout.max_refill_rounds)
+
+
+def with_teacher(draw: Any, config: ConfigDict, tokenizer: Tokenizer, algorithm: Algorithm) -> Any:
+    """`draw` with the teacher's log-probs of its tokens (`rljax.train.teacher`) when the
+    algorithm reads them, else `draw`.
+
+    Raises:
+      ValueError: an algorithm that reads them without `teacher.run_dir`, or a
+        `teacher.run_dir` that nothing reads (a typo'd algorithm would train without it).
+      FileNotFoundError: as `load_teacher`.
+    """
+    name = config.algorithm.name
+    if not algorithm.needs_teacher:
+        if config.teacher.run_dir:
+            raise ValueError(
+                f"teacher.run_dir={config.teacher.run_dir!r} is set but algorithm.name={name!r} "
+                "does not read teacher log-probs (on_policy_distillation does); unset it"
+            )
+        return draw
+    if not config.teacher.run_dir:
+        raise ValueError(
+            f"algorithm.name={name!r} scores the student's tokens with a teacher: set "
+            "teacher.run_dir to a trained run's directory"
+        )
+    teacher = load_teacher(config, tokenizer)
+    logging.info("teacher: %s at step %d", config.teacher.run_dir, teacher.step)
+    return WithTeacher(draw, teacher_scorer(teacher, config.train.vocab_chunk))
 
 
 def sharded_rollout(rollout: Callable[..., Rollout], mesh: Mesh) -> Callable[..., Rollout]:

@@ -38,6 +38,7 @@ COMPLETION_FIELDS = (
     "token_rewards",
     "is_weight",
     "env_mask",
+    "teacher_logprobs",
 )
 SEQUENCE_FIELDS = ("routes",)
 # Extras that stay integers in the Batch (MoE expert choices, policy versions) and booleans

@@ -256,3 +256,29 @@ def test_all_equal_rewards_give_zero_and_masked_rows_stay_finite(value, lengths,
     out, _, metrics = APPLY(batch, (), CTX)  # retraced once per T
     np.testing.assert_allclose(out.advantages, 0.0, atol=1e-5)
     assert all(np.isfinite(v) for v in metrics.values())
+
+
+def test_policy_token_alignment_skips_environment_gaps():
+    # Two samples whose policy tokens are [r r r] but the second has a 2-token observation
+    # after its first token. Aligned by policy token, each k-th token sees the same group, so
+    # the advantages are those of the gap-free layout, moved to the tokens' positions.
+    returns = jnp.asarray([[1.0, 1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0]])
+    weights = jnp.asarray([[0.5, 0.2, 0.9, 0.0, 0.0], [0.3, 0.0, 0.0, 0.6, 0.4]])
+    mask = jnp.asarray([[1, 1, 1, 0, 0], [1, 0, 0, 1, 1]], bool)
+    gapped = optimal_token_baseline(returns, weights, mask, 2, align="policy_token")
+    packed_w = jnp.asarray([[0.5, 0.2, 0.9], [0.3, 0.6, 0.4]])
+    packed = optimal_token_baseline(
+        jnp.asarray([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]), packed_w, jnp.ones((2, 3), bool), 2
+    )
+    np.testing.assert_allclose(gapped[0, :3], packed[0], rtol=1e-6)
+    np.testing.assert_allclose(gapped[1, [0, 3, 4]], packed[1], rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(gapped)[~np.asarray(mask)], 0.0)
+    # Without gaps the two alignments agree.
+    prefix = jnp.asarray([[1, 1, 1, 0, 0], [1, 1, 0, 0, 0]], bool)
+    np.testing.assert_allclose(
+        optimal_token_baseline(returns, weights, prefix, 2, align="policy_token"),
+        optimal_token_baseline(returns, weights, prefix, 2),
+        rtol=1e-6,
+    )
+    with pytest.raises(ValueError, match="align='turn'"):
+        optimal_token_baseline(returns, weights, mask, 2, align="turn")

@@ -145,6 +145,8 @@ ADDED_SINCE = {
     "env.isolation": "thread",
     "sft.scripted_episodes": 4096,
     "train.top_entropy_fraction": 1.0,
+    "teacher.run_dir": "",
+    "teacher.step": -1,
 }
 # Keys added with the diffusion policy on the driver (model.kind; the others are read by a
 # model.kind="diffusion" run only), at their defaults in a causal recipe.

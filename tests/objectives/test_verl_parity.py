@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from rljax.advantages.gdpo import gdpo_advantages
+from rljax.advantages.optimal_token_baseline import optimal_token_baseline_advantages
 from rljax.core.batch import make_batch
 from rljax.core.transform import Context
 from rljax.objectives.dppo import dppo
@@ -223,6 +224,34 @@ GDPO_CASES = [
 ]
 
 
+def _otb_inputs(multi_turn: bool) -> dict[str, np.ndarray]:
+    """Groups of 4 with ragged lengths (one group with a unique longest row, for the zero
+    tail); multi-turn rows have environment-token gaps inside the completion. sum_pi^2 is a
+    valid one: pi_t^2 plus some of the (1 - pi_t)^2 the other tokens can hold."""
+    rng = np.random.default_rng(3)
+    lengths = np.array([16, 9, 5, 12, 8, 8, 3, 14])
+    mask = np.arange(T)[None, :] < lengths[:, None]
+    if multi_turn:  # an observation of 3 tokens after each row's 4th policy token
+        mask[:, 4:7] = False
+    p = rng.uniform(0.05, 0.95, (B, T))
+    sum_sq = p**2 + (1 - p) ** 2 * rng.uniform(0, 1, (B, T))
+    last = np.array([np.flatnonzero(row)[-1] for row in mask])
+    token_rewards = np.zeros((B, T))
+    token_rewards[np.arange(B), last] = rng.integers(0, 2, B)
+    token_rewards[mask & (rng.random((B, T)) < 0.1)] += 0.3  # some shaped rewards
+    return {
+        "token_rewards": (token_rewards * mask).astype(np.float32),
+        "response_mask": mask.astype(np.float32),
+        "index": np.arange(B) // 4,
+        "old_log_prob": np.log(p).astype(np.float32),
+        "sum_pi_squared": sum_sq.astype(np.float32),
+    }
+
+
+# (id, multi-turn rows and TIR-OTB, handle_zero_tail).
+OTB_CASES = [("otb", False, False), ("otb_zero_tail", False, True), ("tir_otb", True, True)]
+
+
 @pytest.fixture(scope="module")
 def verl_results(tmp_path_factory):
     site = verl_reference.install(tmp_path_factory.mktemp("verl") / "site")
@@ -245,9 +274,13 @@ def verl_results(tmp_path_factory):
             {"kind": "gdpo", "inputs": GDPO_INPUTS, "weights": weights, "normalize_std": norm}
             for _, weights, norm in GDPO_CASES
         ]
+        + [
+            {"kind": "otb", "inputs": _otb_inputs(mt), "multi_turn": mt, "handle_zero_tail": tail}
+            for _, mt, tail in OTB_CASES
+        ]
     )
     results = verl_reference.run(site, calls, tmp_path_factory.mktemp("verl_io"))
-    ids = [c[0] for c in CASES] + [c[0] for c in CORRECTIONS] + [c[0] for c in GDPO_CASES]
+    ids = [c[0] for c in CASES + CORRECTIONS + GDPO_CASES + OTB_CASES]
     return dict(zip(ids, results, strict=True))
 
 
@@ -333,3 +366,31 @@ def test_gdpo_advantages_match_verl(case, verl_results):
     ref = verl_results[case_id]["advantages"]
     assert np.abs(ref[mask]).max() > 0.1
     np.testing.assert_allclose(np.asarray(ours)[mask], ref[mask], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", OTB_CASES, ids=[c[0] for c in OTB_CASES])
+def test_optimal_token_baseline_matches_verl(case, verl_results):
+    case_id, multi_turn, zero_tail = case
+    x = _otb_inputs(multi_turn)
+    mask = x["response_mask"].astype(bool)
+    batch = make_batch(
+        prompt_tokens=np.zeros((B, 1)),
+        prompt_mask=np.ones((B, 1)),
+        completion_tokens=np.zeros((B, T)),
+        completion_mask=mask,
+        group_id=x["index"],
+        rewards=np.zeros(B),
+        old_logprobs=x["old_log_prob"],
+        extras={"token_rewards": x["token_rewards"], "old_sum_sq_prob": x["sum_pi_squared"]},
+    )
+    align = "policy_token" if multi_turn else "position"
+    t = optimal_token_baseline_advantages(4, handle_zero_tail=zero_tail, align=align)
+    ctx = Context(step=jnp.int32(0), rng=jax.random.PRNGKey(0))
+    ours = np.asarray(t.apply(batch, t.init(), ctx)[0].advantages)
+    ref = verl_results[case_id]["advantages"]
+    np.testing.assert_allclose(ours[mask], ref[mask], rtol=1e-5, atol=1e-6)
+    assert np.abs(ref[mask]).max() > 0.1
+    if multi_turn:  # aligning by position would differ: the gap is what TIR-OTB skips
+        by_position = optimal_token_baseline_advantages(4, handle_zero_tail=zero_tail)
+        other = np.asarray(by_position.apply(batch, by_position.init(), ctx)[0].advantages)
+        assert not np.allclose(other[mask], ref[mask], rtol=1e-3, atol=1e-4)

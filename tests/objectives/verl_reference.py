@@ -39,7 +39,10 @@ def run(site: Path, calls: list[dict[str, Any]], workdir: Path) -> list[dict]:
       "response_mask"}} -> {"mask", "metrics"};
     "is_weights": the same for `compute_rollout_correction_weights` -> {"weights", "metrics"};
     "gdpo": {"inputs": {"rewards" [B, K], "response_mask" [B, T], "index" [B]}, "weights",
-      "normalize_std"} -> {"advantages"} of `compute_gdpo_outcome_advantage`."""
+      "normalize_std"} -> {"advantages"} of `compute_gdpo_outcome_advantage`;
+    "otb": {"inputs": {"token_rewards", "response_mask", "index", "old_log_prob",
+      "sum_pi_squared"}, "multi_turn", "handle_zero_tail"} -> {"advantages"} of
+      `compute_optimal_token_baseline_advantage` or its multi-turn (TIR) variant."""
     calls_path, out_path = workdir / "calls.pkl", workdir / "out.pkl"
     calls_path.write_bytes(pickle.dumps(calls))
     subprocess.run(

@@ -97,6 +97,27 @@ def _gdpo(core_algos, call):
     return {"advantages": advantages.numpy()}
 
 
+def _otb(core_algos, call):
+    import numpy as np
+    import torch
+
+    x = call["inputs"]
+    fn = (
+        core_algos.compute_multi_turn_optimal_token_baseline_advantage
+        if call["multi_turn"]
+        else core_algos.compute_optimal_token_baseline_advantage
+    )
+    advantages, _ = fn(
+        token_level_rewards=torch.tensor(x["token_rewards"]),
+        response_mask=torch.tensor(x["response_mask"]),
+        index=np.asarray(x["index"]),
+        old_log_probs=torch.tensor(x["old_log_prob"]),
+        sum_pi_squared=torch.tensor(x["sum_pi_squared"]),
+        handle_zero_tail=call["handle_zero_tail"],
+    )
+    return {"advantages": advantages.numpy()}
+
+
 def main(site: str, calls_path: str, out_path: str) -> None:
     core_algos, actor_config, rollout_corr = _load(site)
     with open(calls_path, "rb") as f:
@@ -106,6 +127,7 @@ def main(site: str, calls_path: str, out_path: str) -> None:
         "rejection": lambda call: _rollout_correction(rollout_corr, call),
         "is_weights": lambda call: _rollout_correction(rollout_corr, call),
         "gdpo": lambda call: _gdpo(core_algos, call),
+        "otb": lambda call: _otb(core_algos, call),
     }
     results = [answer[call["kind"]](call) for call in calls]
     with open(out_path, "wb") as f:

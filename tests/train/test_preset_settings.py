@@ -360,7 +360,12 @@ OLD_KEYS = {
         "veto_delta": ("None", "NoneType|float"),
     },
     "opo": {**PPO_KEYS},
-    "otb": {**PPO_KEYS, "handle_zero_tail": ("False", "bool"), "use_is_weight": ("False", "bool")},
+    "otb": {
+        **PPO_KEYS,
+        "align": ("'position'", "str"),
+        "handle_zero_tail": ("False", "bool"),
+        "use_is_weight": ("False", "bool"),
+    },
     "pass_at_k": {**PPO_KEYS, "k": ("REQUIRED", "int")},
     "power_distillation": {
         "alpha": ("4.0", "float"),
@@ -421,6 +426,11 @@ OLD_KEYS = {
     },
     # Added since: issue 26's GDPO, MaxRL and trust-region presets.
     "maxrl": PPO_KEYS,
+    "on_policy_distillation": {
+        **PPO_KEYS,
+        "task_coef": ("0.0", "float"),
+        "teacher_coef": ("1.0", "float"),
+    },
     "gdpo": {
         **PPO_KEYS,
         "normalize_std": ("True", "bool"),
