@@ -10,7 +10,9 @@ from rljax.core.batch import Batch
 from rljax.core.transform import Context, Metrics, Transform, stateless
 
 
-def teacher_advantages(teacher_coef: float = 1.0, task_coef: float = 0.0) -> Transform:
+def teacher_advantages(
+    teacher_coef: float = 1.0, task_coef: float = 0.0, center: bool = False
+) -> Transform:
     """Per-token advantages from a teacher's log-probs of the sampled tokens, mixable with the
     advantages of the task's rewards.
 
@@ -30,9 +32,15 @@ def teacher_advantages(teacher_coef: float = 1.0, task_coef: float = 0.0) -> Tra
     when this runs (0 without a preceding estimator; GRPO's with `chain(group_advantages(G),
     teacher_advantages(...))`).
 
+    With `center`, the teacher term's token mean over the batch is subtracted from it: a
+    constant baseline, so the expected gradient is unchanged, but a student far from the
+    teacher (every gap negative) no longer pushes down every token it sampled, which in a
+    small batch mostly raises its entropy.
+
     Args:
       teacher_coef: weight of the teacher term, >= 0.
       task_coef: weight of the incoming (task) advantages, >= 0.
+      center: subtract the teacher term's token mean over the batch.
 
     Returns:
       A stateless `Transform`. Metrics: "distill/reverse_kl" (the token mean of log pi_old -
@@ -51,7 +59,8 @@ def teacher_advantages(teacher_coef: float = 1.0, task_coef: float = 0.0) -> Tra
         mask = batch.completion_mask
         teacher = batch.extras["teacher_logprobs"]
         gap = jax.lax.stop_gradient(teacher - batch.old_logprobs)
-        adv = task_coef * batch.advantages + teacher_coef * gap
+        term = gap - masked_mean(gap, mask) if center else gap
+        adv = task_coef * batch.advantages + teacher_coef * term
         adv = jnp.where(mask, adv, 0.0).astype(jnp.float32)
         metrics = {
             "distill/reverse_kl": masked_mean(-gap, mask),

@@ -186,13 +186,16 @@ def on_policy_distillation(
     group_size: int,
     teacher_coef: float = 1.0,
     task_coef: float = 0.0,
+    center: bool = False,
     ppo: PPOSettings = PPOSettings(),
 ) -> Algorithm:
     """On-policy distillation (GKD, arXiv 2306.13649; verl/TRL/prime-rl's `opd`): the student
     samples, the teacher policy of `teacher.run_dir` scores each sampled token, and the
     per-token advantage is `teacher_coef` x (log pi_teacher - log pi_student), plus `task_coef`
-    x GRPO's advantage of the task rewards (`rljax.advantages.distillation`), + PPO clip."""
-    transform = chain(group_advantages(group_size), teacher_advantages(teacher_coef, task_coef))
+    x GRPO's advantage of the task rewards (`rljax.advantages.distillation`; `center`: minus
+    the teacher term's batch mean), + PPO clip."""
+    teacher = teacher_advantages(teacher_coef, task_coef, center)
+    transform = chain(group_advantages(group_size), teacher)
     return ppo_preset(transform, ppo)
 
 

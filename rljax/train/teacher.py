@@ -23,8 +23,10 @@ import numpy as np
 from flax import nnx
 from ml_collections import ConfigDict
 
+from rljax.config import config_from_json, validate_config
 from rljax.models.tokenizer import Tokenizer
 from rljax.train.collector import Draw, Drawn
+from rljax.train.evaluation import restore_policy
 from rljax.train.logprobs import policy_states, token_stats
 from rljax.train.staleness import Policies
 from rljax.train.timing import add_time
@@ -47,12 +49,8 @@ def load_teacher(config: ConfigDict, tokenizer: Tokenizer) -> Teacher:
     Raises:
       FileNotFoundError: no run directory, no `config.json` or no checkpoint there (named).
       ValueError: the teacher's tokenizer differs from the student's (its vocabulary size or
-        special ids), or its run is not a causal LM.
+        special ids), its config.json does not validate, or its run is not a causal LM.
     """
-    # Imported here: rljax.train.evaluation imports the builders, which import this module.
-    from rljax.config import config_from_json, validate_config
-    from rljax.train.evaluation import restore_policy
-
     section = config.teacher
     run_dir = os.path.abspath(section.run_dir)
     path = os.path.join(run_dir, "config.json")

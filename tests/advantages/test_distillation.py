@@ -81,3 +81,12 @@ def test_errors():
         teacher_advantages(0.0, 0.0)
     with pytest.raises(ValueError, match="teacher_coef=-1"):
         teacher_advantages(-1.0)
+
+
+def test_center_subtracts_the_batch_token_mean_of_the_teacher_term():
+    out, metrics = apply(teacher_advantages(center=True), make())
+    gap = (TEACHER - OLD)[MASK]
+    np.testing.assert_allclose(np.asarray(out.advantages)[MASK], gap - gap.mean(), rtol=1e-5)
+    np.testing.assert_array_equal(np.asarray(out.advantages)[~MASK], 0.0)
+    # The reverse-KL metric is of the raw gap, centred or not.
+    np.testing.assert_allclose(metrics["distill/reverse_kl"], -gap.mean(), rtol=1e-5)

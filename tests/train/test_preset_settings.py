@@ -428,6 +428,7 @@ OLD_KEYS = {
     "maxrl": PPO_KEYS,
     "on_policy_distillation": {
         **PPO_KEYS,
+        "center": ("False", "bool"),
         "task_coef": ("0.0", "float"),
         "teacher_coef": ("1.0", "float"),
     },
