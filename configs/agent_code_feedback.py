@@ -2,16 +2,17 @@
 the sandbox's tests say about it, and revises it once, trained on CPU.
 
 Each prompt asks for f(x) that adds a secret number to x (or multiplies x by one). The prompt
-does not say which number, so the first program, `def f(x): return x+3`, is a guess. It runs
-in the sandbox (`rljax.rewards.sandbox`) against two tests; when they fail, their report
-("f(0) returned 3, expected 7 ...") is appended to the sequence as context, and the model may
-write a second program. Reward 1 when a program passes, at the end.
+does not say which number, so the first program, `k=3` then `def f(x): return x+k`, is a guess.
+It runs in the sandbox (`rljax.rewards.sandbox`) against two tests; when they fail, their
+report ("f(0) returned 3, expected 7 ...") is appended to the sequence as context, and the
+model may write a second program. Reward 1 when a program passes, at the end. The constant
+comes first so that a revision copies it from four tokens back: from the end of a one-line
+program, 20 tokens back, this model never learned the copy.
 
 The SFT warm start imitates a player who reads the report in half of its episodes and guesses
-again in the other half (it passes about 60% of the problems); RL then has to learn that
-reading the feedback is what passes. Measured (README, "Multi-turn agents"): not yet. The
-warm start leaves the copy weak (greedy success 0.25), and 100 steps move sampled success
-only from 0.19 to 0.25.
+again in the other half; RL then has to learn that reading the feedback is what passes.
+Measured (README, "Multi-turn agents"): sampled success 0.68 (steps 1-20) -> 0.89 (81-100),
+greedy held-out success 0.957 throughout.
 
   python -m launchers.train --config=configs/agent_code_feedback.py
 """
