@@ -14,6 +14,8 @@ from rljax.objectives.surrogate import ppo_clip
 from rljax.quant.mismatch import (
     adaptive_is,
     ais_lambda,
+    divergence_rejection,
+    icepop,
     masked_is,
     mismatch_metrics,
     sequence_log_ratio,
@@ -318,3 +320,78 @@ def test_tis_and_ais_remove_the_quantised_sampler_bias():
     assert err["ais"] < 0.6 * err["none"]
     np.testing.assert_allclose(err["ais"], (1 - lam) * err["none"], rtol=0.25, atol=1e-3)
     assert float(mismatch["mismatch/token_kl"]) > 0.005
+
+
+# IcePop and the divergence rejection (verl's own functions: tests/objectives/test_verl_parity.py).
+
+
+def estimates(estimator):
+    """Per valid token: k2 = l^2 / 2, k3 = e^l - 1 - l; 0 elsewhere."""
+    out = np.zeros(MASK.shape)
+    for i, j in zip(*np.nonzero(MASK), strict=True):
+        lr = float(LOG_RHO[i, j])
+        out[i, j] = lr * lr / 2 if estimator == "k2" else np.exp(lr) - 1 - lr
+    return out
+
+
+def test_icepop_keeps_rho_inside_the_band_and_zeroes_outside():
+    batch, _, metrics = apply(icepop(0.5, 2.0), make())
+    rho = np.exp(LOG_RHO.astype(np.float64))
+    # Valid rho: [1.105, 0.407, 3.32], [1.65, 1.35], [0.95, 1.02, 2.23, 0.74]: 0.407, 3.32
+    # and 2.23 are outside [0.5, 2].
+    expected = np.where(MASK, np.where((rho >= 0.5) & (rho <= 2.0), rho, 0.0), 1.0)
+    np.testing.assert_allclose(batch.extras["is_weight"], expected, rtol=1e-6)
+    np.testing.assert_allclose(metrics["icepop/masked_frac"], 3 / 9, rtol=1e-6)
+    np.testing.assert_allclose(metrics["icepop/weight_mean"], expected[MASK].mean(), rtol=1e-6)
+    # The loss weights are untouched: masked tokens stay in the token-mean's count.
+    np.testing.assert_array_equal(batch.loss_weights, MASK.astype(np.float32))
+
+
+def test_icepop_zeroes_the_gradient_of_masked_tokens_only():
+    batch = apply(icepop(0.5, 2.0), make(adv=np.ones((4, 4))))[0]
+    new = jnp.asarray(batch.old_logprobs)
+    grad = jax.grad(lambda lp: ppo_clip()(lp, jnp.zeros(MASK.shape), batch)[0])(new)
+    weight = np.asarray(batch.extras["is_weight"])
+    # On-policy PPO with A = 1: d loss / d logp = -w / 9 on valid tokens.
+    np.testing.assert_allclose(np.asarray(grad)[MASK], -weight[MASK] / 9, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("estimator", ["k2", "k3"])
+@pytest.mark.parametrize(
+    "level,threshold",
+    [("token", 0.1), ("sequence_sum", 0.3), ("sequence_mean", 0.12), ("sequence_max", 0.5)],
+)
+def test_divergence_rejection_matches_reference(estimator, level, threshold):
+    batch, _, metrics = apply(divergence_rejection(threshold, estimator, level), make())
+    est = estimates(estimator)
+    out = np.zeros(MASK.shape, bool)
+    for i in range(MASK.shape[0]):
+        valid = est[i][MASK[i]]
+        if not len(valid):
+            continue
+        if level == "token":
+            out[i] = MASK[i] & (est[i] > threshold)
+            continue
+        row = {
+            "sequence_sum": valid.sum(),
+            "sequence_mean": valid.mean(),
+            "sequence_max": valid.max(),
+        }
+        out[i] = MASK[i] & (row[level] > threshold)
+    assert 0 < out.sum() < MASK.sum()  # the threshold cuts between the tokens or rows
+    np.testing.assert_array_equal(batch.loss_weights, np.where(out, 0.0, MASK))
+    np.testing.assert_allclose(metrics["rejection/masked_frac"], out[MASK].mean(), rtol=1e-6)
+    seq = [out[i].any() for i in range(3)]
+    np.testing.assert_allclose(metrics["rejection/masked_seq_frac"], np.mean(seq), rtol=1e-6)
+    np.testing.assert_allclose(metrics["rejection/estimate_mean"], est[MASK].mean(), rtol=1e-5)
+
+
+def test_icepop_and_divergence_rejection_errors():
+    with pytest.raises(ValueError, match="low=2.0, high=1.0"):
+        icepop(2.0, 1.0)
+    with pytest.raises(ValueError, match="threshold=0"):
+        divergence_rejection(0.0)
+    with pytest.raises(ValueError, match="estimator='k1'"):
+        divergence_rejection(estimator="k1")
+    with pytest.raises(ValueError, match="level='row'"):
+        divergence_rejection(level="row")
