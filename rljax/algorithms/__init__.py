@@ -10,7 +10,14 @@ aggregation) and `Regularizers` (KL loss, entropy bonus, aggregation); each fiel
 """
 
 from rljax.algorithms.base import Algorithm, PPOSettings, Regularizers
-from rljax.algorithms.entropy_control import clip_cov, entrocraft, entropic, kl_cov, uec_rl
+from rljax.algorithms.entropy_control import (
+    adaptive_entropy,
+    clip_cov,
+    entrocraft,
+    entropic,
+    kl_cov,
+    uec_rl,
+)
 from rljax.algorithms.established import (
     cispo,
     dapo,
@@ -81,6 +88,7 @@ __all__ = [
     "clip_cov",
     "kl_cov",
     "uec_rl",
+    "adaptive_entropy",
     "turn_grpo",
     "turn_ppo",
     "sapo",

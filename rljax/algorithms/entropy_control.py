@@ -1,5 +1,5 @@
 """Presets that control the policy's entropy: Entrocraft, its entropic baseline, Clip-Cov,
-KL-Cov and UEC-RL.
+KL-Cov, UEC-RL and the adaptive entropy coefficient.
 
 Presets that take `ppo: PPOSettings` (clip ranges, KL loss, entropy bonus, aggregation) or
 `regularizers: Regularizers` (aggregation, KL loss, entropy bonus) have each field as an
@@ -14,7 +14,9 @@ from rljax.algorithms.base import (
     ppo_preset,
     regularized_preset,
 )
+from rljax.core.objective import sum_objectives
 from rljax.core.transform import chain
+from rljax.entropy.adaptive_coef import adaptive_entropy_bonus, adaptive_entropy_coef
 from rljax.entropy.covariance import clip_cov as clip_cov_objective
 from rljax.entropy.covariance import covariance_noise
 from rljax.entropy.covariance import kl_cov as kl_cov_objective
@@ -162,3 +164,25 @@ def uec_rl(
     )
     algorithm = ppo_preset(host_advantages(), ppo)
     return algorithm._replace(collection=settings)
+
+
+def adaptive_entropy(
+    group_size: int,
+    target_entropy: float = 0.2,
+    coef_step: float = 0.005,
+    max_coef: float = 0.05,
+    ppo: PPOSettings = PPOSettings(),
+) -> Algorithm:
+    """GRPO + an entropy bonus whose coefficient steers the batch entropy toward
+    `target_entropy` (Skywork-OR1's adaptive entropy control, arXiv 2505.22312, as we read
+    it; `rljax.entropy.adaptive_coef`): it grows by `coef_step` per step below the target,
+    shrinks above it, and applies only at or below it. `ppo.entropy_coef` adds a fixed bonus
+    on top (0 by default)."""
+    base = ppo_preset(
+        chain(
+            group_advantages(group_size), adaptive_entropy_coef(target_entropy, coef_step, max_coef)
+        ),
+        ppo,
+    )
+    bonus = adaptive_entropy_bonus(ppo.aggregation, ppo.max_len)
+    return base._replace(objective=sum_objectives(base.objective, bonus))

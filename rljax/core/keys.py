@@ -84,6 +84,7 @@ RETURNS = extra("returns")
 CLIP_SCALE = extra("clip_scale")
 IS_WEIGHT = extra("is_weight")
 COV_NOISE = extra("cov_noise")
+ENTROPY_COEF = extra("entropy_coef")
 CORRECT = extra("correct")
 SEQUENCE_ADVANTAGE = extra("sequence_advantage")
 AGENT_ID = extra("agent_id")
@@ -164,6 +165,12 @@ KEYS: dict[str, KeyInfo] = {
             "ppo_clip, cispo, gspo, gspo_token, gpg, mu_grpo, segment_po, clip_cov, kl_cov, "
             "sapo, gmpo, dppo"
         ),
+    ),
+    ENTROPY_COEF: KeyInfo(
+        "[B] f32",
+        "this step's adaptive entropy coefficient (the same in every row)",
+        TRANSFORM,
+        read_by="adaptive_entropy_bonus",
     ),
     COV_NOISE: KeyInfo(
         "[B, T] f32", "uniform noise for Clip-Cov's picks", TRANSFORM, read_by="clip_cov"

@@ -1,7 +1,8 @@
 """Entropy control: Entrocraft's scheduled band and entropic baseline, Cui et al.'s
-covariance law with Clip-Cov / KL-Cov, UEC-RL's exploration and replay rules, and the 80/20
-high-entropy token mask."""
+covariance law with Clip-Cov / KL-Cov, UEC-RL's exploration and replay rules, the 80/20
+high-entropy token mask and the adaptive entropy coefficient."""
 
+from rljax.entropy.adaptive_coef import adaptive_entropy_bonus, adaptive_entropy_coef
 from rljax.entropy.covariance import (
     clip_cov,
     covariance_noise,
@@ -26,6 +27,8 @@ from rljax.entropy.uec import (
 )
 
 __all__ = [
+    "adaptive_entropy_bonus",
+    "adaptive_entropy_coef",
     "batch_entropy",
     "clip_cov",
     "covariance_noise",

@@ -424,7 +424,13 @@ OLD_KEYS = {
         "replay_every": ("5", "int"),
         "replay_threshold": ("1.0", "float"),
     },
-    # Added since: issue 26's GDPO, MaxRL and trust-region presets.
+    # Added since: issue 26's GDPO, MaxRL, adaptive-entropy and trust-region presets.
+    "adaptive_entropy": {
+        **PPO_KEYS,
+        "coef_step": ("0.005", "float"),
+        "max_coef": ("0.05", "float"),
+        "target_entropy": ("0.2", "float"),
+    },
     "maxrl": PPO_KEYS,
     "on_policy_distillation": {
         **PPO_KEYS,
