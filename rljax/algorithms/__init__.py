@@ -50,7 +50,7 @@ from rljax.algorithms.seed_methods import (
     power_distillation,
     segment_po,
 )
-from rljax.algorithms.trust_region import dppo, gmpo, sapo
+from rljax.algorithms.trust_region import dppo, gmpo, ipo, sapo
 
 __all__ = [
     "Algorithm",
@@ -94,4 +94,5 @@ __all__ = [
     "sapo",
     "gmpo",
     "dppo",
+    "ipo",
 ]

@@ -1,12 +1,14 @@
 """Presets whose policy loss keeps the update near the sampling policy by other means than
 PPO's ratio clip, as the peers adopted them in 2026: SAPO's smooth gate, GMPO's geometric
-mean, DPPO's divergence mask. Each takes GRPO's group advantages and `Regularizers`."""
+mean, DPPO's divergence mask, prime-rl's IPO mask. Each takes GRPO's group advantages and
+`Regularizers`."""
 
 from rljax.advantages.group import group_advantages
 from rljax.algorithms.base import Algorithm, Regularizers, regularized_preset
 from rljax.core.transform import chain
 from rljax.objectives.dppo import dppo as dppo_objective
 from rljax.objectives.gmpo import gmpo as gmpo_objective
+from rljax.objectives.ipo import ipo as ipo_objective
 from rljax.objectives.sapo import sapo as sapo_objective
 
 SEQ_MEAN = Regularizers(aggregation="seq-mean-token-mean")
@@ -59,5 +61,21 @@ def dppo(
     return regularized_preset(
         chain(group_advantages(group_size)),
         lambda agg, ml: dppo_objective(divergence, delta_low, delta_high, ratio_cap, agg, ml),
+        regularizers,
+    )
+
+
+def ipo(
+    group_size: int,
+    threshold: float = 0.1,
+    kl_tau: float = 1e-3,
+    regularizers: Regularizers = Regularizers(),
+) -> Algorithm:
+    """IPO (prime-rl's default RL loss): group advantages + the policy gradient through the
+    ratio to the sampler, masked where a token's probability moved by more than `threshold`,
+    + `kl_tau` x the squared log-ratio (`rljax.objectives.ipo`)."""
+    return regularized_preset(
+        chain(group_advantages(group_size)),
+        lambda agg, ml: ipo_objective(threshold, kl_tau, 1.0, agg, ml),
         regularizers,
     )

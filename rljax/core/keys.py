@@ -163,7 +163,7 @@ KEYS: dict[str, KeyInfo] = {
         TRANSFORM,
         read_by=(
             "ppo_clip, cispo, gspo, gspo_token, gpg, mu_grpo, segment_po, clip_cov, kl_cov, "
-            "sapo, gmpo, dppo"
+            "sapo, gmpo, dppo, ipo"
         ),
     ),
     ENTROPY_COEF: KeyInfo(

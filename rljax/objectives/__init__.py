@@ -6,6 +6,7 @@ from rljax.objectives.entropy import entropy_bonus
 from rljax.objectives.gmpo import gmpo
 from rljax.objectives.gpg import gpg, valid_group_scale, valid_group_scaling
 from rljax.objectives.gspo import gspo, gspo_token, sequence_log_ratio
+from rljax.objectives.ipo import ipo
 from rljax.objectives.kl import KL_ESTIMATORS, kl_loss, kl_penalty, kl_reward_penalty
 from rljax.objectives.mu_grpo import mu_grpo, negative_advantage_veto
 from rljax.objectives.policy_gradient import (
@@ -41,6 +42,7 @@ __all__ = [
     "gpg",
     "gspo",
     "gspo_token",
+    "ipo",
     "kl_loss",
     "kl_penalty",
     "kl_reward_penalty",

@@ -48,6 +48,7 @@ OBJECTIVES = {
     "gmpo": obj.gmpo(aggregation="token-mean"),
     "dppo_tv": obj.dppo("tv"),
     "dppo_kl": obj.dppo("kl", aggregation="seq-mean-token-sum"),
+    "ipo": obj.ipo(0.1, 0.01),
     "sum": sum_objectives(obj.ppo_clip(), obj.kl_loss(0.1), obj.entropy_bonus(0.01)),
 }
 

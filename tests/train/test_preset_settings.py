@@ -455,6 +455,7 @@ OLD_KEYS = {
         "eps_high": ("0.4", "float"),
         "eps_low": ("0.4", "float"),
     },
+    "ipo": {**REGULARIZER_KEYS, "kl_tau": ("0.001", "float"), "threshold": ("0.1", "float")},
     "dppo": {
         **REGULARIZER_KEYS,
         "delta_high": ("0.2", "float"),
