@@ -57,6 +57,13 @@ def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
     return total / jnp.maximum(jnp.sum(mask), 1).astype(x.dtype)
 
 
+def masked_row_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
+    """[B, T] -> [B]: the mean of x over the mask's entries in each row; 0 for a row with
+    none (a sequence's mean token statistic: GSPO's ratio, GMPO's, a row's advantage)."""
+    total = jnp.where(mask, x, 0.0).sum(axis=1)
+    return total / jnp.maximum(mask.sum(axis=1), 1).astype(x.dtype)
+
+
 def aggregate(
     per_token_loss: jax.Array,
     weights: jax.Array,

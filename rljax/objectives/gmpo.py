@@ -1,17 +1,10 @@
 """GMPO: the geometric mean of token ratios (clipped token by token) as a sequence's ratio."""
 
-import jax
 import jax.numpy as jnp
 
-from rljax.core.aggregation import check_aggregation_mode
+from rljax.core.aggregation import check_aggregation_mode, masked_row_mean
 from rljax.core.objective import Objective
 from rljax.objectives.policy_gradient import policy_gradient_objective
-
-
-def _row_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
-    """[B, T] -> [B]: the mean of x over mask in each row; 0 for a row with no valid token."""
-    total = jnp.where(mask, x, 0.0).sum(axis=1)
-    return total / jnp.maximum(mask.sum(axis=1), 1).astype(x.dtype)
 
 
 def gmpo(
@@ -59,12 +52,12 @@ def gmpo(
 
     def surrogate(pg):
         mask = pg.batch.completion_mask
-        seq_adv = _row_mean(pg.advantages, mask)  # [B]
+        seq_adv = masked_row_mean(pg.advantages, mask)  # [B]
         sign = jnp.sign(seq_adv)[:, None]
         log_ratio = pg.log_ratio
         clipped = jnp.clip(log_ratio, -eps_low, eps_high)
         kept = sign * jnp.minimum(sign * log_ratio, sign * clipped)
-        seq_ratio = jnp.exp(_row_mean(kept, mask))  # [B]
+        seq_ratio = jnp.exp(masked_row_mean(kept, mask))  # [B]
         loss = -seq_adv * seq_ratio
         has_token = mask.any(axis=1)
         n_seq = jnp.maximum(has_token.sum(), 1).astype(jnp.float32)

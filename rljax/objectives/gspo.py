@@ -4,7 +4,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rljax.core.aggregation import check_aggregation_mode
+from rljax.core.aggregation import check_aggregation_mode, masked_row_mean
 from rljax.core.objective import Objective
 from rljax.objectives.policy_gradient import PGInputs, clipped_surrogate, policy_gradient_objective
 
@@ -17,13 +17,6 @@ def _check_clip(eps_low: float, eps_high: float) -> None:
         raise ValueError(f"eps_low={eps_low} must be in [0, 1) so that 1 - eps_low > 0")
     if eps_high < 0.0:
         raise ValueError(f"eps_high={eps_high} must be >= 0")
-
-
-def _masked_row_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
-    """[B, T] -> [B]: mean of x over mask in each row; 0 for a row with no valid token."""
-    n = mask.sum(axis=1)
-    total = jnp.where(mask, x, 0.0).sum(axis=1)
-    return total / jnp.maximum(n, 1).astype(x.dtype)
 
 
 def sequence_log_ratio(
@@ -47,7 +40,7 @@ def sequence_log_ratio(
     chex.assert_rank(new_logprobs, 2)
     chex.assert_equal_shape([new_logprobs, old_logprobs, mask])
     log_ratio = jnp.clip(new_logprobs - old_logprobs, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-    return _masked_row_mean(log_ratio, mask)
+    return masked_row_mean(log_ratio, mask)
 
 
 def _gspo(
@@ -78,7 +71,7 @@ def _gspo(
             adv = batch.advantages  # [B, T]
         else:
             ratio = seq_ratio  # [B]
-            adv = _masked_row_mean(batch.advantages, mask)  # [B]: the sequence advantage
+            adv = masked_row_mean(batch.advantages, mask)  # [B]: the sequence advantage
         loss_terms, is_clipped = clipped_surrogate(ratio, adv, eps_low, eps_high)
         if token_level:
             per_token = loss_terms

@@ -6,19 +6,13 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rljax.core.aggregation import check_aggregation_mode
+from rljax.core.aggregation import check_aggregation_mode, masked_row_mean
 from rljax.core.objective import Objective
 from rljax.objectives.policy_gradient import (
     PGInputs,
     clipped_surrogate,
     policy_gradient_objective,
 )
-
-
-def _masked_row_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
-    """[B, T] -> [B]: mean of x over the mask's tokens in each row; 0 for a row with none."""
-    n = mask.sum(axis=1)
-    return jnp.where(mask, x, 0.0).sum(axis=1) / jnp.maximum(n, 1).astype(x.dtype)
 
 
 def negative_advantage_veto(
@@ -53,7 +47,7 @@ def negative_advantage_veto(
     if delta < 0:
         raise ValueError(f"delta={delta} must be >= 0 (a threshold on |log ratio|)")
     mask = mask.astype(bool)
-    negative = _masked_row_mean(advantages, mask) < 0  # [B]
+    negative = masked_row_mean(advantages, mask) < 0  # [B]
     trigger = mask & (jnp.abs(log_ratio) > delta)  # [B, T]
     after_trigger = jnp.cumsum(trigger.astype(jnp.int32), axis=1) > 0  # t >= t*, per row
     return ~(negative[:, None] & after_trigger)

@@ -12,6 +12,7 @@ from rljax.core.aggregation import (
     aggregate,
     aggregation_denominator,
     masked_mean,
+    masked_row_mean,
 )
 
 LOSS = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
@@ -161,3 +162,10 @@ def test_masked_mean_hand_values_ignore_masked_nan_and_empty_mask_is_zero():
     np.testing.assert_allclose(float(masked_mean(x, mask)), 7.0 / 3.0, rtol=1e-6)
     assert float(masked_mean(x, jnp.zeros_like(mask))) == 0.0
     assert float(masked_mean(mask, mask)) == 1.0  # booleans average as 0/1
+
+
+def test_masked_row_mean_is_each_rows_mean_over_its_valid_entries():
+    x = np.array([[1.0, 2.0, 9.0], [4.0, np.nan, 7.0], [5.0, 5.0, 5.0]], np.float32)
+    mask = np.array([[1, 1, 0], [1, 0, 1], [0, 0, 0]], bool)
+    # Hand: (1 + 2) / 2, (4 + 7) / 2; an empty row gives 0; masked NaN never counts.
+    np.testing.assert_allclose(masked_row_mean(jnp.asarray(x), jnp.asarray(mask)), [1.5, 5.5, 0.0])
