@@ -9,6 +9,11 @@ from rljax.core.batch import Batch
 from rljax.core.transform import Transform
 
 
+def _check_group_size(group_size: int) -> None:
+    if group_size < 2:
+        raise ValueError(f"group_size={group_size}: MaxRL compares samples within groups of >= 2")
+
+
 def max_likelihood_advantages(rewards: jax.Array, group_size: int) -> jax.Array:
     """MaxRL sequence advantages (Maximum-Likelihood RL, Tajwar et al. 2026, arXiv
     2602.02710): A_i = (r_i - mean_g) / mean_g over the G samples of i's group, and 0 for a
@@ -33,8 +38,7 @@ def max_likelihood_advantages(rewards: jax.Array, group_size: int) -> jax.Array:
     """
     chex.assert_rank(rewards, 1)
     b = rewards.shape[0]
-    if group_size < 2:
-        raise ValueError(f"group_size={group_size}: MaxRL compares samples within groups of >= 2")
+    _check_group_size(group_size)
     if b % group_size:
         raise ValueError(f"group_size={group_size} does not divide batch {b}")
     r = rewards.astype(jnp.float32).reshape(b // group_size, group_size)
@@ -53,8 +57,7 @@ def mean_normalized_advantages(group_size: int) -> Transform:
       ValueError: at construction if G < 2; at apply if rewards are not [B] or
         `batch.group_id` is not contiguous groups of G.
     """
-    if group_size < 2:
-        raise ValueError(f"group_size={group_size}: MaxRL compares samples within groups of >= 2")
+    _check_group_size(group_size)
 
     def fn(rewards: jax.Array, batch: Batch) -> jax.Array:
         del batch

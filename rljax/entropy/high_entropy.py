@@ -17,13 +17,16 @@ from rljax.core.objective import Objective
 from rljax.quant.mismatch import IS_WEIGHT_KEY
 
 
+def _threshold(entropy: jax.Array, mask: jax.Array, fraction: float) -> jax.Array:
+    """The (1 - fraction) quantile of the valid tokens' entropies (linear interpolation, as
+    torch.quantile in TRL); NaN when no token is valid."""
+    return jnp.nanquantile(jnp.where(mask, entropy.astype(jnp.float32), jnp.nan), 1.0 - fraction)
+
+
 def high_entropy_mask(entropy: jax.Array, mask: jax.Array, fraction: float) -> jax.Array:
     """[B, T] bool: the valid tokens whose entropy is at least the (1 - fraction) quantile of
-    the valid tokens' entropies (linear interpolation, as torch.quantile in TRL), so about
-    `fraction` of them. No valid token: all False."""
-    values = jnp.where(mask, entropy.astype(jnp.float32), jnp.nan)
-    threshold = jnp.nanquantile(values, 1.0 - fraction)
-    return mask & (entropy >= threshold)
+    the valid tokens' entropies, so about `fraction` of them. No valid token: all False."""
+    return mask & (entropy >= _threshold(entropy, mask, fraction))
 
 
 def high_entropy_tokens(objective: Objective, fraction: float = 0.2) -> Objective:
@@ -62,7 +65,8 @@ def high_entropy_tokens(objective: Objective, fraction: float = 0.2) -> Objectiv
     def masked(new_logprobs: jax.Array, new_entropy: jax.Array, batch: Batch):
         valid = batch.completion_mask
         entropy = jax.lax.stop_gradient(new_entropy)
-        keep = high_entropy_mask(entropy, valid, fraction)
+        threshold = _threshold(entropy, valid, fraction)  # once: it sorts the batch
+        keep = valid & (entropy >= threshold)
         weight = keep.astype(jnp.float32)
         previous = batch.extras.get(IS_WEIGHT_KEY)
         if previous is not None:
@@ -73,9 +77,7 @@ def high_entropy_tokens(objective: Objective, fraction: float = 0.2) -> Objectiv
         metrics = {
             **metrics,
             "entropy_mask/kept_frac": keep.sum() / n,
-            "entropy_mask/threshold": jnp.nanquantile(
-                jnp.where(valid, entropy, jnp.nan), 1.0 - fraction
-            ),
+            "entropy_mask/threshold": threshold,
         }
         return loss, metrics
 
