@@ -10,7 +10,8 @@ The same student trained by GRPO alone from the same warm start, for comparison:
 
   python -m launchers.train --config=configs/on_policy_distillation_addition.py:grpo
 
-Measured (README, "On-policy distillation, measured"): no faster than GRPO here.
+Measured (README, "On-policy distillation, measured"): the one-sample advantage is no faster
+than GRPO here; GKD's full-distribution loss (configs/gkd_addition.py) is.
 """
 
 from ml_collections import ConfigDict
@@ -23,8 +24,10 @@ def get_config(variant: str = "") -> ConfigDict:
     if variant not in ("", "grpo"):
         raise ValueError(f"variant={variant!r}: '' (distillation) or 'grpo' (the baseline)")
     config = _base()
-    # Half the teacher's width: about a quarter of its parameters.
-    config.model.update(d_model=64, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=192)
+    # Three quarters of the teacher's width (about 60% of its parameters), after a short
+    # warm start: the student starts weak (0.02 held-out) but can learn.
+    config.model.update(d_model=96, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=288)
+    config.sft.steps = 200
     config.train.update(steps=200, learning_rate=3e-4, eval_every=25)
     if variant == "grpo":
         config.run_dir = "runs/student_grpo"

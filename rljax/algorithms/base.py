@@ -23,7 +23,7 @@ class Algorithm(NamedTuple):
     declare (`rljax.core.keys`): a reference policy when anything reads `ref_logprobs` (or a
     statistic that needs it), the prepare step's per-token statistics that are read, the
     driver's greedy decode when `extras.baseline_reward` is read, its teacher scoring when
-    `extras.teacher_logprobs` is.
+    `extras.teacher_logprobs` (or the teacher's top-k tokens) is.
 
     Attributes:
       transform: the transform chain run once per rollout batch (rewards -> advantages).
@@ -80,8 +80,15 @@ class Algorithm(NamedTuple):
     @property
     def needs_teacher(self) -> bool:
         """Whether the driver scores each batch's tokens with a teacher policy and puts the
-        log-probs in `batch.extras["teacher_logprobs"]` (on-policy distillation)."""
-        return keys.TEACHER_LOGPROBS in self.reads
+        log-probs in `batch.extras["teacher_logprobs"]` (on-policy distillation), or the
+        teacher's top-k tokens (GKD)."""
+        return bool(({keys.TEACHER_LOGPROBS} | keys.TEACHER_TOPK) & self.reads)
+
+    @property
+    def needs_teacher_top_k(self) -> bool:
+        """Whether it reads the teacher's top-k tokens and their log-probs (GKD), so the
+        driver needs `teacher.top_k` > 0."""
+        return bool(keys.TEACHER_TOPK & self.reads)
 
 
 @dataclasses.dataclass(frozen=True)

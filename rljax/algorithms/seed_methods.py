@@ -27,10 +27,13 @@ from rljax.algorithms.base import (
     ppo_preset,
     regularized_preset,
 )
+from rljax.core.objective import sum_objectives
 from rljax.core.transform import chain
+from rljax.objectives.gkd import generalized_jsd
 from rljax.objectives.mu_grpo import mu_grpo as mu_grpo_objective
 from rljax.objectives.power_distillation import power_weighting, weighted_sft
 from rljax.objectives.segment_po import segment_po as segment_po_objective
+from rljax.objectives.surrogate import ppo_clip
 
 
 def mu_grpo(
@@ -197,6 +200,32 @@ def on_policy_distillation(
     teacher = teacher_advantages(teacher_coef, task_coef, center)
     transform = chain(group_advantages(group_size), teacher)
     return ppo_preset(transform, ppo)
+
+
+def gkd(
+    group_size: int,
+    beta: float = 0.5,
+    jsd_coef: float = 1.0,
+    task_rewards: bool = False,
+    ppo: PPOSettings = PPOSettings(),
+) -> Algorithm:
+    """On-policy GKD (arXiv 2306.13649, lambda = 1; TRL's GKDTrainer, verl/slime/NeMo's top-k
+    logit distillation): the student samples, and `jsd_coef` x the generalized JSD between its
+    next-token distributions and the teacher's over the teacher's `teacher.top_k` tokens
+    (`rljax.objectives.gkd`; beta 0 forward KL, 1 reverse KL) is the loss. With
+    `task_rewards`, GRPO's PPO-clip surrogate of the task rewards is added. `ppo`'s
+    aggregation, KL and entropy settings apply either way; its clip ranges only with
+    `task_rewards`."""
+
+    def main(aggregation: str, max_len: int | None):
+        jsd = generalized_jsd(beta, jsd_coef, aggregation, max_len)
+        if not task_rewards:
+            return jsd
+        surrogate = ppo_clip(ppo.clip_eps, ppo.eps_high, aggregation=aggregation, max_len=max_len)
+        return sum_objectives(jsd, surrogate)
+
+    transform = chain(group_advantages(group_size)) if task_rewards else chain()
+    return regularized_preset(transform, main, ppo.regularizers)
 
 
 def dgpo(

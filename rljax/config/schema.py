@@ -396,7 +396,7 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
         ),
     },
     # LoRA (rljax.models.lora): train low-rank adapters on these projections, base frozen.
-    # On-policy distillation's teacher (`algorithm.name="on_policy_distillation"`).
+    # On-policy distillation's teacher (`algorithm.name="on_policy_distillation"` or "gkd").
     "teacher": {
         "run_dir": Key(
             "",
@@ -404,6 +404,12 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
             "needed by an algorithm that reads teacher log-probs, refused by any other",
         ),
         "step": Key(-1, "the teacher's checkpoint step; -1: the newest", min=-1),
+        "top_k": Key(
+            0,
+            "> 0: the teacher also sends its this many likeliest tokens per position (GKD's "
+            "divergence reads them; 0 for algorithms that do not)",
+            min=0,
+        ),
     },
     "lora": {
         "rank": Key(

@@ -14,6 +14,8 @@ Producers outside the transforms (`KeyInfo.producer`):
     (`rljax.train.statistics.register_token_statistic`).
   critic: the critic's values (prepare, for an algorithm with a value loss).
   transform: nobody but an earlier transform of the algorithm (advantages, IS weights, ...).
+  update: the update's own forward pass, with gradients; objectives only (the trained
+    policy's log-probs of a teacher's top-k tokens).
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ from typing import Any, NamedTuple
 EXTRAS = "extras."
 
 # Producers whose keys are present before the transforms run.
-SAMPLER, COLLECTOR, PREPARE, CRITIC, TRANSFORM = (
+SAMPLER, COLLECTOR, PREPARE, CRITIC, TRANSFORM, UPDATE = (
     "sampler",
     "collector",
     "prepare",
     "critic",
     "transform",
+    "update",
 )
 _UPSTREAM = (SAMPLER, COLLECTOR, PREPARE)
 
@@ -40,7 +43,8 @@ class KeyInfo(NamedTuple):
     Attributes:
       shape: e.g. "[B, T] f32".
       doc: one line.
-      producer: SAMPLER, COLLECTOR, PREPARE, CRITIC or TRANSFORM (see the module docstring).
+      producer: SAMPLER, COLLECTOR, PREPARE, CRITIC, TRANSFORM or UPDATE (see the module
+        docstring).
       needs_reference: producing it needs the frozen reference policy in the train state.
       read_by: which built-in objectives/transforms read it (for error messages).
     """
@@ -74,6 +78,11 @@ PROMPT_ID = extra("prompt_id")
 TOKEN_REWARDS = extra("token_rewards")
 BASELINE_REWARD = extra("baseline_reward")
 TEACHER_LOGPROBS = extra("teacher_logprobs")
+TEACHER_TOPK_IDS = extra("teacher_topk_ids")
+TEACHER_TOPK_LOGPROBS = extra("teacher_topk_logprobs")
+POLICY_TOPK_LOGPROBS = extra("policy_topk_logprobs")
+# What the driver's teacher sends with `teacher.top_k` > 0.
+TEACHER_TOPK = frozenset({TEACHER_TOPK_IDS, TEACHER_TOPK_LOGPROBS})
 ROUTES = extra("routes")
 OLD_ENTROPY = extra("old_entropy")
 OLD_SUM_SQ_PROB = extra("old_sum_sq_prob")
@@ -124,6 +133,20 @@ KEYS: dict[str, KeyInfo] = {
         "the teacher's log-probs of the sampled tokens (on-policy distillation; the driver "
         "scores them with teacher.run_dir's policy)",
         COLLECTOR,
+    ),
+    TEACHER_TOPK_IDS: KeyInfo(
+        "[B, T, k] int32",
+        "the teacher's k likeliest next tokens at each completion position (teacher.top_k)",
+        COLLECTOR,
+    ),
+    TEACHER_TOPK_LOGPROBS: KeyInfo(
+        "[B, T, k] f32", "the teacher's log-probs of those tokens (teacher.top_k)", COLLECTOR
+    ),
+    POLICY_TOPK_LOGPROBS: KeyInfo(
+        "[B, T, k] f32",
+        "the trained policy's log-probs of the teacher's top-k tokens (the update's pass, "
+        "with gradients)",
+        UPDATE,
     ),
     ROUTES: KeyInfo("[B, P + T, L, k] int32", "an MoE rollout's expert choices", SAMPLER),
     AGENT_ID: KeyInfo("[B] int32", "which agent wrote each sample (multi-agent)", COLLECTOR),
@@ -342,6 +365,7 @@ def check_algorithm(algorithm: Any) -> None:
         could read it.
     """
     steps = algorithm_steps(algorithm)
+    n_transforms = len(transform_steps(algorithm.transform))
     has_critic = getattr(algorithm, "value_loss", None) is not None
     written: dict[str, str] = {}
     unknown_before = False
@@ -360,6 +384,13 @@ def check_algorithm(algorithm: Any) -> None:
                 )
             if info.producer in _UPSTREAM:
                 continue
+            if info.producer == UPDATE:
+                if i >= n_transforms:
+                    continue
+                raise ValueError(
+                    f"{step.name} reads {key!r} ({info.doc}), which only the update's forward "
+                    "pass produces: only an objective term can read it"
+                )
             if info.producer == CRITIC:
                 if has_critic:
                     continue

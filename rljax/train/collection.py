@@ -217,18 +217,28 @@ def with_teacher(draw: Any, config: ConfigDict, tokenizer: Tokenizer, algorithm:
     algorithm reads them, else `draw`.
 
     Raises:
-      ValueError: an algorithm that reads them without `teacher.run_dir`, or a
-        `teacher.run_dir` that nothing reads (a typo'd algorithm would train without it).
+      ValueError: an algorithm that reads them without `teacher.run_dir`, a
+        `teacher.run_dir` that nothing reads (a typo'd algorithm would train without it), or
+        `teacher.top_k` set where nothing reads the top-k tokens or unset where GKD does.
       FileNotFoundError: as `load_teacher`.
     """
     name = config.algorithm.name
+    top_k = config.teacher.top_k
     if not algorithm.needs_teacher:
-        if config.teacher.run_dir:
+        if config.teacher.run_dir or top_k:
             raise ValueError(
-                f"teacher.run_dir={config.teacher.run_dir!r} is set but algorithm.name={name!r} "
-                "does not read teacher log-probs (on_policy_distillation does); unset it"
+                f"teacher.run_dir={config.teacher.run_dir!r} and teacher.top_k={top_k} are set "
+                f"but algorithm.name={name!r} reads no teacher scores (on_policy_distillation "
+                "and gkd do); unset them"
             )
         return draw
+    if algorithm.needs_teacher_top_k != (top_k > 0):
+        raise ValueError(
+            f"algorithm.name={name!r} reads the teacher's top-k tokens: set teacher.top_k > 0"
+            if algorithm.needs_teacher_top_k
+            else f"teacher.top_k={top_k} but algorithm.name={name!r} does not read the "
+            "teacher's top-k tokens (gkd does); set it to 0"
+        )
     if not config.teacher.run_dir:
         raise ValueError(
             f"algorithm.name={name!r} scores the student's tokens with a teacher: set "
@@ -236,7 +246,7 @@ def with_teacher(draw: Any, config: ConfigDict, tokenizer: Tokenizer, algorithm:
         )
     teacher = load_teacher(config, tokenizer)
     logging.info("teacher: %s at step %d", config.teacher.run_dir, teacher.step)
-    return WithTeacher(draw, teacher_scorer(teacher, config.train.vocab_chunk))
+    return WithTeacher(draw, teacher_scorer(teacher, config.train.vocab_chunk, top_k))
 
 
 def sharded_rollout(rollout: Callable[..., Rollout], mesh: Mesh) -> Callable[..., Rollout]:

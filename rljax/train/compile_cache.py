@@ -19,7 +19,9 @@ MAX_CACHE_BYTES = 4 << 30
 def enable_compilation_cache(directory: str) -> str | None:
     """Turns on the persistent compilation cache; returns its directory, or None when off.
 
-    `JAX_COMPILATION_CACHE_DIR`, when set, wins over `directory`; "" (and no such variable)
+    `JAX_COMPILATION_CACHE_DIR`, when set, wins over `directory` and keeps JAX's own size
+    limit (none unless `JAX_COMPILATION_CACHE_MAX_SIZE` says); `directory` is held to
+    `MAX_CACHE_BYTES`, least recently used programs evicted first. "" (and no such variable)
     leaves JAX's settings alone. Every compilation is cached, also those under a second
     (the sampler and the small steps of a tiny model add up on a CPU).
 
@@ -27,11 +29,16 @@ def enable_compilation_cache(directory: str) -> str | None:
       directory: the cache directory (`train.compilation_cache`, by default
         "~/.cache/rljax/jax"; "~" expands).
     """
-    path = os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.expanduser(directory)
+    shared = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    path = shared or os.path.expanduser(directory)
     if not path:
         return None
     os.makedirs(path, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_compilation_cache_max_size", MAX_CACHE_BYTES)
+    if not shared:
+        # Our own directory: bounded. A directory named by the environment may be shared
+        # with JAX programs that do not evict, whose entries have no access-time files: JAX's
+        # eviction then fails on them, and with it every write of this process.
+        jax.config.update("jax_compilation_cache_max_size", MAX_CACHE_BYTES)
     return path

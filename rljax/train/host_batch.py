@@ -39,12 +39,15 @@ COMPLETION_FIELDS = (
     "is_weight",
     "env_mask",
     "teacher_logprobs",
+    "teacher_topk_ids",
+    "teacher_topk_logprobs",
 )
 SEQUENCE_FIELDS = ("routes",)
-# Extras that stay integers in the Batch (MoE expert choices, policy versions) and booleans
+# Extras that stay integers in the Batch (MoE expert choices, policy versions, a teacher's
+# top-k token ids) and booleans
 # (the environment tokens of multi-turn episodes, `rljax.core.batch.context_mask`); the
 # others are float32.
-_INT_EXTRAS = ("routes", "policy_version")
+_INT_EXTRAS = ("routes", "policy_version", "teacher_topk_ids")
 _BOOL_EXTRAS = ("env_mask",)
 
 

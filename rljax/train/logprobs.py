@@ -159,6 +159,88 @@ def token_hellinger(
     return jnp.maximum(1.0 - cross / jnp.sqrt(sp * sq), 0.0)
 
 
+def _picked_chunk(hidden, head_chunk, ids, offset):
+    """Max and sum-exp of a chunk's logits (as `_chunk_stats`) and the logits of the `ids`
+    [B, T, K] that fall in it (0 for the others)."""
+    logits = jnp.einsum("btd,dv->btv", hidden, head_chunk, preferred_element_type=jnp.float32)
+    m = jnp.max(logits, axis=-1)
+    local = ids - offset
+    inside = (local >= 0) & (local < logits.shape[-1])
+    picked = jnp.take_along_axis(logits, jnp.clip(local, 0, logits.shape[-1] - 1), axis=-1)
+    return m, jnp.exp(logits - m[..., None]).sum(-1), jnp.where(inside, picked, 0.0)
+
+
+def _picked_merge(acc, chunk):
+    m0, s0, p0 = acc
+    m1, s1, p1 = chunk
+    m = jnp.maximum(m0, m1)
+    return m, s0 * jnp.exp(m0 - m) + s1 * jnp.exp(m1 - m), p0 + p1
+
+
+def token_logprobs_of(
+    hidden: jax.Array, head: jax.Array, ids: jax.Array, chunk_size: int = 8192
+) -> jax.Array:
+    """log p(id) of several token ids per position, e.g. a teacher's top-k candidates.
+
+    Args:
+      hidden: [B, T, D] final hidden states.
+      head: [D, V] output matrix.
+      ids: [B, T, K] int token ids in [0, V).
+      chunk_size: vocabulary columns per chunk (no [B, T, V] tensor exists at once).
+
+    Returns:
+      [B, T, K] float32, differentiable in `hidden` and `head`.
+    """
+    chex.assert_rank([hidden, head, ids], [3, 2, 3])
+    m, s, picked = _scan_vocab(
+        lambda chunk, offset: _picked_chunk(hidden, chunk, ids, offset),
+        _picked_merge,
+        head.shape[1],
+        chunk_size,
+        head,
+    )
+    return picked - (m + jnp.log(s))[..., None]
+
+
+def token_top_k(
+    hidden: jax.Array, head: jax.Array, k: int, chunk_size: int = 8192
+) -> tuple[jax.Array, jax.Array]:
+    """The k likeliest next tokens of each position and their log-probs, chunk by chunk: each
+    chunk's top k are merged with the running top k, next to the running log-sum-exp.
+
+    Args:
+      hidden: [B, T, D] final hidden states.
+      head: [D, V] output matrix.
+      k: candidates per position, 1 <= k <= V.
+      chunk_size: vocabulary columns per chunk (raised to k when smaller).
+
+    Returns:
+      (log-probs [B, T, k] float32 in descending order, ids [B, T, k] int32).
+    """
+    chex.assert_rank([hidden, head], [3, 2])
+    vocab = head.shape[1]
+    if not 1 <= k <= vocab:
+        raise ValueError(f"top-k k={k} must be in [1, {vocab}] (the vocabulary size)")
+
+    def chunk_fn(head_chunk, offset):
+        logits = jnp.einsum("btd,dv->btv", hidden, head_chunk, preferred_element_type=jnp.float32)
+        m = jnp.max(logits, axis=-1)
+        values, ids = jax.lax.top_k(logits, min(k, logits.shape[-1]))
+        return m, jnp.exp(logits - m[..., None]).sum(-1), values, ids + offset
+
+    def merge(acc, chunk):
+        (m0, s0, v0, i0), (m1, s1, v1, i1) = acc, chunk
+        m = jnp.maximum(m0, m1)
+        s = s0 * jnp.exp(m0 - m) + s1 * jnp.exp(m1 - m)
+        values = jnp.concatenate([v0, v1], axis=-1)
+        ids = jnp.concatenate([i0, i1], axis=-1)
+        values, order = jax.lax.top_k(values, k)
+        return m, s, values, jnp.take_along_axis(ids, order, axis=-1)
+
+    m, s, values, ids = _scan_vocab(chunk_fn, merge, vocab, max(chunk_size, k), head)
+    return values - (m + jnp.log(s))[..., None], ids.astype(jnp.int32)
+
+
 class PolicyStates(NamedTuple):
     """A teacher-forced pass of a policy over prompt + completion."""
 

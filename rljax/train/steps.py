@@ -32,7 +32,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from rljax.algorithms import Algorithm
 from rljax.core.aggregation import aggregation_denominator, masked_mean
 from rljax.core.batch import Batch, context_mask
-from rljax.core.keys import check_algorithm
+from rljax.core.keys import POLICY_TOPK_LOGPROBS, check_algorithm
 from rljax.core.state import TrainState
 from rljax.core.transform import Context, Metrics
 from rljax.entropy.covariance import logprob_advantage_covariance
@@ -54,7 +54,7 @@ from rljax.train.guard import (
     named_tensors,
     update_tensors,
 )
-from rljax.train.logprobs import PolicyStates, policy_states, token_stats
+from rljax.train.logprobs import PolicyStates, policy_states, token_logprobs_of, token_stats
 from rljax.train.old_policy import OLD_LOGPROBS_MODES, PREPARE, UPDATE, old_policy_plan
 from rljax.train.packing import pack_plan
 from rljax.train.statistics import TOKEN_STATISTICS, StatisticInputs, compute_statistics
@@ -214,6 +214,8 @@ def make_steps(
     chunk = cfg.vocab_chunk
     wanted = algorithm.batch_stats
     needs_reference = algorithm.needs_reference
+    # GKD: the update's pass also scores the teacher's top-k tokens, with gradients.
+    reads_top_k = POLICY_TOPK_LOGPROBS in algorithm.reads
     temperature = trained_temperature(rollout_config.sampling)
     unknown = sorted(set(wanted) - set(TOKEN_STATISTICS))
     if unknown:
@@ -404,6 +406,11 @@ def make_steps(
                 ref_logprobs=batch.ref_logprobs if has_reference else old_logprobs,
                 extras={**batch.extras, "old_entropy": jax.lax.stop_gradient(new_stats.entropy)},
             )
+        if reads_top_k:
+            ids = batch.extras["teacher_topk_ids"]
+            top_k = token_logprobs_of(new.completion_hidden, new.head, ids, chunk)
+            top_k = jnp.where(batch.completion_mask[..., None], top_k, 0.0)
+            batch = batch.replace(extras={**batch.extras, "policy_topk_logprobs": top_k})
         loss, metrics = algorithm.objective(new_stats.logprobs, new_stats.entropy, batch)
         if algorithm.value_loss is not None:
             value_loss, value_metrics = algorithm.value_loss(values(critic, new, batch), batch)

@@ -5,7 +5,9 @@ build it, so it may be larger or smaller than the student, or of another model f
 as the tokenizer is the same). It is restored once, placed like the reference policy, and never
 trained. Each drawn batch gets `extras["teacher_logprobs"]` [B, T]: log pi_teacher of every
 sampled token given the same context, which a transform turns into per-token advantages
-(`rljax.advantages.distillation`). The student samples, the teacher grades: the student learns
+(`rljax.advantages.distillation`); with `teacher.top_k` = k > 0 also the teacher's k
+likeliest tokens at every position and their log-probs, which GKD's divergence reads
+(`rljax.objectives.gkd`). The student samples, the teacher grades: the student learns
 on its own distribution (on-policy), with dense per-token feedback.
 """
 
@@ -27,11 +29,13 @@ from rljax.config import config_from_json, validate_config
 from rljax.models.tokenizer import Tokenizer
 from rljax.train.collector import Draw, Drawn
 from rljax.train.evaluation import restore_policy
-from rljax.train.logprobs import policy_states, token_stats
+from rljax.train.logprobs import policy_states, token_stats, token_top_k
 from rljax.train.staleness import Policies
 from rljax.train.timing import add_time
 
 TEACHER_LOGPROBS = "teacher_logprobs"
+TEACHER_TOPK_IDS = "teacher_topk_ids"
+TEACHER_TOPK_LOGPROBS = "teacher_topk_logprobs"
 
 
 class Teacher(NamedTuple):
@@ -75,24 +79,34 @@ def load_teacher(config: ConfigDict, tokenizer: Tokenizer) -> Teacher:
 
 
 def teacher_scorer(
-    teacher: Teacher, vocab_chunk: int = 8192
-) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
-    """`rows -> [B, T] float32`: the teacher's log-probs of the completion tokens (0 off
-    `completion_mask`), from one forward pass over prompt + completion that attends to the
-    environment tokens of multi-turn rows (`env_mask`) as the student's passes do."""
+    teacher: Teacher, vocab_chunk: int = 8192, top_k: int = 0
+) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """`rows -> {field: array}`: the teacher's log-probs of the completion tokens
+    ("teacher_logprobs" [B, T] float32) and, with `top_k` > 0, its `top_k` likeliest tokens at
+    each completion position ("teacher_topk_ids" [B, T, k] int32, "teacher_topk_logprobs"
+    [B, T, k] float32, for GKD), all 0 off `completion_mask`. One forward pass over prompt +
+    completion that attends to the environment tokens of multi-turn rows (`env_mask`) as the
+    student's passes do."""
 
     @jax.jit
     def score(params, prompt_tokens, prompt_mask, completion_tokens, completion_mask, context):
         states = policy_states(
             teacher.graphdef, params, prompt_tokens, prompt_mask, completion_tokens, context
         )
-        out = token_stats(states.completion_hidden, states.head, completion_tokens, vocab_chunk)
-        return jnp.where(completion_mask, out.logprobs, 0.0)
+        hidden = states.completion_hidden
+        out = token_stats(hidden, states.head, completion_tokens, vocab_chunk)
+        scores = {TEACHER_LOGPROBS: jnp.where(completion_mask, out.logprobs, 0.0)}
+        if top_k:
+            logprobs, ids = token_top_k(hidden, states.head, top_k, vocab_chunk)
+            valid = completion_mask[..., None]
+            scores[TEACHER_TOPK_LOGPROBS] = jnp.where(valid, logprobs, 0.0)
+            scores[TEACHER_TOPK_IDS] = jnp.where(valid, ids, 0)
+        return scores
 
-    def run(rows: dict[str, np.ndarray]) -> np.ndarray:
+    def run(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         mask = np.asarray(rows["completion_mask"], bool)
         context = mask | (np.asarray(rows["env_mask"]) > 0) if "env_mask" in rows else mask
-        logprobs = score(
+        scores = score(
             teacher.params,
             jnp.asarray(rows["prompt_tokens"]),
             jnp.asarray(rows["prompt_mask"], bool),
@@ -100,26 +114,29 @@ def teacher_scorer(
             jnp.asarray(mask),
             jnp.asarray(context),
         )
-        return np.asarray(logprobs, np.float32)
+        return {name: np.asarray(value) for name, value in scores.items()}
 
     return run
 
 
 class WithTeacher:
-    """A draw whose rows also carry the teacher's log-probs of their sampled tokens
-    (`extras["teacher_logprobs"]`); "time/teacher_s" is the scoring's time."""
+    """A draw whose rows also carry the teacher's scores of their sampled tokens
+    (`extras["teacher_logprobs"]`, and the top-k fields with `teacher.top_k`);
+    "time/teacher_s" is the scoring's time."""
 
-    def __init__(self, inner: Draw, score: Callable[[dict[str, np.ndarray]], np.ndarray]):
+    def __init__(
+        self, inner: Draw, score: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+    ):
         self.inner = inner
         self.score = score
 
     def __call__(self, policies: Policies, step: int, attempt: int) -> Drawn:
         drawn = self.inner(policies, step, attempt)
         start = time.perf_counter()
-        teacher = self.score(drawn.rows.rows)
+        scores = self.score(drawn.rows.rows)
         metrics: dict[str, Any] = dict(drawn.metrics)
         add_time(metrics, "time/teacher_s", time.perf_counter() - start)
-        return Drawn(drawn.prompts, drawn.rows.with_rows(**{TEACHER_LOGPROBS: teacher}), metrics)
+        return Drawn(drawn.prompts, drawn.rows.with_rows(**scores), metrics)
 
     def step_metrics(self) -> dict[str, float]:
         return self.inner.step_metrics()

@@ -147,6 +147,7 @@ ADDED_SINCE = {
     "train.top_entropy_fraction": 1.0,
     "teacher.run_dir": "",
     "teacher.step": -1,
+    "teacher.top_k": 0,
 }
 # Keys added with the diffusion policy on the driver (model.kind; the others are read by a
 # model.kind="diffusion" run only), at their defaults in a causal recipe.

@@ -62,6 +62,12 @@ def test_three_updates_are_finite_and_move_the_params(name):
         if algorithm.needs_teacher:  # a stand-in teacher: the sampler's log-probs, shifted
             shift = jnp.where(rollout.completion_tokens % 2 == 0, 0.5, -0.5)
             extras["teacher_logprobs"] = rollout.sampling_logprobs + shift
+        if algorithm.needs_teacher_top_k:  # a stand-in teacher's top 3: fixed, uneven tokens
+            shape = (*rollout.completion_tokens.shape, 3)
+            extras["teacher_topk_ids"] = jnp.broadcast_to(jnp.asarray([49, 50, 61]), shape)
+            extras["teacher_topk_logprobs"] = jnp.broadcast_to(
+                jnp.log(jnp.asarray([0.5, 0.3, 0.1])), shape
+            )
         batch = make_batch(
             rollout.prompt_tokens,
             rollout.prompt_mask,

@@ -39,6 +39,29 @@ def test_a_second_process_loads_the_programs_the_first_compiled(tmp_path):
     assert hits[0] == 0 and hits[1] > 0, hits
 
 
+def test_a_shared_directory_with_entries_of_a_non_evicting_program_is_still_written(tmp_path):
+    # Another JAX program (no size limit, so no access-time files) left an entry in the
+    # directory the environment names. Our processes must still write and load theirs: with
+    # a size limit, JAX's eviction fails on such an entry and every write fails with it.
+    cache = tmp_path / "shared"
+    cache.mkdir()
+    (cache / "jit_other-0123-cache").write_bytes(b"x" * 100)
+    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(cache)}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", PROGRAM, "unused"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        for _ in range(2)
+    ]
+    hits = [int(r.stdout.split()[-1]) for r in runs]
+    assert hits[0] == 0 and hits[1] > 0, (hits, runs[0].stderr[-2000:])
+
+
 def test_the_environment_wins_and_empty_is_off(tmp_path, monkeypatch):
     before = jax.config.jax_compilation_cache_dir
     try:

@@ -11,7 +11,9 @@ from rljax.train.logprobs import (
     completion_logprobs,
     token_hellinger,
     token_logprobs_and_entropy,
+    token_logprobs_of,
     token_stats,
+    token_top_k,
 )
 
 
@@ -116,3 +118,21 @@ def test_hellinger_matches_explicit_sum(chunk):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     same = token_hellinger(*map(jnp.asarray, (hp, wp, hp, wp)), chunk_size=chunk)
     np.testing.assert_allclose(same, 0.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("chunk", [4, 7, 23, 100])
+def test_top_k_and_logprobs_of_several_ids_match_a_full_softmax(chunk):
+    rng = np.random.default_rng(0)
+    hidden = jnp.asarray(rng.normal(size=(2, 3, 5)), jnp.float32)
+    head = jnp.asarray(rng.normal(size=(5, 23)), jnp.float32)
+    logits = np.einsum("btd,dv->btv", np.asarray(hidden, np.float64), np.asarray(head))
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    values, ids = token_top_k(hidden, head, 6, chunk)
+    want = np.argsort(-logp, -1)[..., :6]
+    np.testing.assert_array_equal(ids, want)
+    np.testing.assert_allclose(values, np.take_along_axis(logp, want, -1), atol=1e-5)
+    some = rng.integers(0, 23, size=(2, 3, 4))
+    got = token_logprobs_of(hidden, head, jnp.asarray(some), chunk)
+    np.testing.assert_allclose(got, np.take_along_axis(logp, some, -1), atol=1e-5)
+    with pytest.raises(ValueError, match="must be in"):
+        token_top_k(hidden, head, 24, chunk)

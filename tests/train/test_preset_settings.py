@@ -438,6 +438,12 @@ OLD_KEYS = {
         "task_coef": ("0.0", "float"),
         "teacher_coef": ("1.0", "float"),
     },
+    "gkd": {
+        **PPO_KEYS,
+        "beta": ("0.5", "float"),
+        "jsd_coef": ("1.0", "float"),
+        "task_rewards": ("False", "bool"),
+    },
     "gdpo": {
         **PPO_KEYS,
         "normalize_std": ("True", "bool"),

@@ -69,7 +69,8 @@ def test_scores_are_the_teachers_log_softmax_of_the_sampled_tokens():
         "completion_tokens": np.array([[11, 12, 13], [14, 15, 0]], np.int32),
         "completion_mask": np.array([[1, 1, 1], [1, 1, 0]], bool),
     }
-    got = teacher_scorer(Teacher(graphdef, params, 0), vocab_chunk=10)(rows)
+    scores = teacher_scorer(Teacher(graphdef, params, 0), vocab_chunk=10, top_k=5)(rows)
+    got = scores["teacher_logprobs"]
     tokens = jnp.concatenate([rows["prompt_tokens"], rows["completion_tokens"]], 1)
     mask = jnp.concatenate([rows["prompt_mask"], rows["completion_mask"]], 1)
     logits = np.asarray(forward(graphdef, params, tokens, positions_from_mask(mask), mask)[0])
@@ -81,6 +82,13 @@ def test_scores_are_the_teachers_log_softmax_of_the_sampled_tokens():
             z = logits[b, 3 + t].astype(np.float64)  # the state before completion token t
             logp = z - z.max() - np.log(np.exp(z - z.max()).sum())
             np.testing.assert_allclose(got[b, t], logp[rows["completion_tokens"][b, t]], atol=1e-5)
+            # GKD's top 5: the 5 likeliest tokens, likeliest first, and their log-probs.
+            top = np.argsort(-logp)[:5]
+            np.testing.assert_array_equal(scores["teacher_topk_ids"][b, t], top)
+            np.testing.assert_allclose(scores["teacher_topk_logprobs"][b, t], logp[top], atol=1e-5)
+    off = ~rows["completion_mask"]
+    assert not scores["teacher_topk_ids"][off].any()
+    assert not scores["teacher_topk_logprobs"][off].any()
 
 
 def test_load_teacher_restores_the_runs_checkpoint(tmp_path):
@@ -109,8 +117,20 @@ def test_config_errors_name_the_key(tmp_path):
         )
     grpo = build_algorithm(config, 259)
     config.teacher.run_dir = str(tmp_path)
-    with pytest.raises(ValueError, match="does not read teacher log-probs"):
+    with pytest.raises(ValueError, match="reads no teacher scores"):
         with_teacher(None, config, tokenizer, grpo)
+    config.teacher.update(run_dir="", top_k=8)
+    with pytest.raises(ValueError, match="reads no teacher scores"):
+        with_teacher(None, config, tokenizer, grpo)
+    gkd_config = tiny_config(tmp_path, **{"algorithm.name": "gkd", "teacher.run_dir": "x"})
+    with pytest.raises(ValueError, match="set teacher.top_k > 0"):
+        with_teacher(None, gkd_config, tokenizer, build_algorithm(gkd_config, 259))
+    opd_config = tiny_config(
+        tmp_path, **{"algorithm.name": "on_policy_distillation", "teacher.run_dir": "x"}
+    )
+    opd_config.teacher.top_k = 4
+    with pytest.raises(ValueError, match="does not read the teacher's top-k"):
+        with_teacher(None, opd_config, tokenizer, opd)
     opd_config = tiny_config(tmp_path, **{"algorithm.name": "on_policy_distillation"})
     opd_config.teacher.run_dir = str(tmp_path / "nowhere")
     with pytest.raises(FileNotFoundError, match="has no config.json"):
@@ -139,3 +159,25 @@ def test_the_driver_scores_every_batch_with_the_teacher(tmp_path, sharpen):
         np.testing.assert_allclose(kl, 0.0, atol=1e-5)
     else:
         assert min(kl) > 0.1, kl
+
+
+def test_gkd_through_the_driver_is_zero_against_itself_and_pulls_toward_a_sharper_teacher(
+    tmp_path,
+):
+    # GKD reads the teacher's top-k tokens, scored by the driver, and the student's log-probs
+    # of them from the update's own pass. A teacher equal to the student: the divergence is 0
+    # (one step: the gradient is 0 up to rounding, which Adam would scale up to a step). Then
+    # a sharper teacher: it is positive and falls as the student learns.
+    runs = {}
+    for sharpen in (1.0, 10.0):
+        teacher_dir = tmp_path / f"teacher{sharpen}"
+        teacher_dir.mkdir()
+        save_teacher(teacher_dir, sharpen=sharpen, seed=0)
+        config = tiny_config(
+            tmp_path / f"student{sharpen}",
+            **{"algorithm.name": "gkd", "teacher.run_dir": str(teacher_dir), "teacher.top_k": 8},
+        )
+        config.train.update(steps=4 if sharpen > 1 else 1, learning_rate=1e-2)
+        runs[sharpen] = [r["gkd/jsd"] for r in train(config) if "gkd/jsd" in r]
+    np.testing.assert_allclose(runs[1.0], 0.0, atol=1e-6)
+    assert runs[10.0][0] > 0.01 and runs[10.0][-1] < 0.8 * runs[10.0][0], runs[10.0]
