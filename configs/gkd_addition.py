@@ -7,6 +7,9 @@ position it sampled, through the generalized JSD over the teacher's 16 likeliest
 
 The same student by GRPO alone, and by the one-sample reverse-KL advantage, from the same start:
 configs/on_policy_distillation_addition.py (`:grpo` for GRPO).
+
+Measured (README, "On-policy distillation, measured"): from 0.02 held-out, 0.561 and 0.594
+after 600 steps (two seeds), against GRPO's 0.182 and 0.133.
 """
 
 from ml_collections import ConfigDict

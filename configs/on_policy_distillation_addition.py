@@ -28,7 +28,7 @@ def get_config(variant: str = "") -> ConfigDict:
     # warm start: the student starts weak (0.02 held-out) but can learn.
     config.model.update(d_model=96, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=288)
     config.sft.steps = 200
-    config.train.update(steps=200, learning_rate=3e-4, eval_every=25)
+    config.train.update(steps=600, learning_rate=3e-4, eval_every=50)
     if variant == "grpo":
         config.run_dir = "runs/student_grpo"
         config.algorithm = ConfigDict(dict(name="grpo"))
