@@ -21,11 +21,11 @@ print(sum("cache_hits" in e for e in hits))
 """
 
 
-def test_a_second_process_loads_the_programs_the_first_compiled(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+def cache_hits_of_two_runs(directory: str, env: dict[str, str]) -> list[int]:
+    """The persistent-cache hits of PROGRAM run twice, one process after the other."""
     runs = [
         subprocess.run(
-            [sys.executable, "-c", PROGRAM, str(tmp_path / "cache")],
+            [sys.executable, "-c", PROGRAM, directory],
             env=env,
             capture_output=True,
             text=True,
@@ -34,8 +34,13 @@ def test_a_second_process_loads_the_programs_the_first_compiled(tmp_path):
         )
         for _ in range(2)
     ]
+    return [int(r.stdout.split()[-1]) for r in runs]
+
+
+def test_a_second_process_loads_the_programs_the_first_compiled(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    hits = cache_hits_of_two_runs(str(tmp_path / "cache"), env)
     assert os.listdir(tmp_path / "cache")  # the first process wrote its programs
-    hits = [int(r.stdout.split()[-1]) for r in runs]
     assert hits[0] == 0 and hits[1] > 0, hits
 
 
@@ -46,20 +51,8 @@ def test_a_shared_directory_with_entries_of_a_non_evicting_program_is_still_writ
     cache = tmp_path / "shared"
     cache.mkdir()
     (cache / "jit_other-0123-cache").write_bytes(b"x" * 100)
-    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(cache)}
-    runs = [
-        subprocess.run(
-            [sys.executable, "-c", PROGRAM, "unused"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        )
-        for _ in range(2)
-    ]
-    hits = [int(r.stdout.split()[-1]) for r in runs]
-    assert hits[0] == 0 and hits[1] > 0, (hits, runs[0].stderr[-2000:])
+    hits = cache_hits_of_two_runs("unused", {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(cache)})
+    assert hits[0] == 0 and hits[1] > 0, hits
 
 
 def test_the_environment_wins_and_empty_is_off(tmp_path, monkeypatch):
