@@ -108,6 +108,8 @@ def generalized_jsd(
         }
         return loss, metrics
 
+    # The ids are read by the update, which scores them for "policy_topk_logprobs"; declared
+    # here so that the driver's teacher sends them.
     reads = {
         keys.POLICY_TOPK_LOGPROBS,
         keys.TEACHER_TOPK_LOGPROBS,

@@ -27,17 +27,29 @@ class TokenStats(NamedTuple):
     sum_sq_prob: jax.Array  # sum_v p_v^2 (the collision probability)
 
 
+def _logits_at(logits: jax.Array, ids: jax.Array, offset) -> jax.Array:
+    """[B, T, K] logits of the vocabulary chunk starting at `offset` at token `ids` [B, T, K]:
+    the chunk's logit for the ids inside it, 0 for the others (summed over chunks, each id
+    gets its logit once)."""
+    local = ids - offset
+    inside = (local >= 0) & (local < logits.shape[-1])
+    picked = jnp.take_along_axis(logits, jnp.clip(local, 0, logits.shape[-1] - 1), axis=-1)
+    return jnp.where(inside, picked, 0.0)
+
+
+def _merge_sum_exp(m0, s0, m1, s1):
+    """Two (max, sum of exp(x - max)) pairs as one, rescaled to the larger max."""
+    m = jnp.maximum(m0, m1)
+    return m, s0 * jnp.exp(m0 - m) + s1 * jnp.exp(m1 - m)
+
+
 def _chunk_stats(hidden, head_chunk, targets, offset):
     """Max, sum-exp, sum exp*logit, sum exp^2 (relative to that max) and the target logit."""
     logits = jnp.einsum("btd,dv->btv", hidden, head_chunk, preferred_element_type=jnp.float32)
     m = jnp.max(logits, axis=-1)
     e = jnp.exp(logits - m[..., None])
-    local = targets - offset
-    inside = (local >= 0) & (local < logits.shape[-1])
-    picked = jnp.take_along_axis(
-        logits, jnp.clip(local, 0, logits.shape[-1] - 1)[..., None], axis=-1
-    )[..., 0]
-    return m, e.sum(-1), (e * logits).sum(-1), (e * e).sum(-1), jnp.where(inside, picked, 0.0)
+    picked = _logits_at(logits, targets[..., None], offset)[..., 0]
+    return m, e.sum(-1), (e * logits).sum(-1), (e * e).sum(-1), picked
 
 
 def _merge(acc, chunk):
@@ -164,17 +176,12 @@ def _picked_chunk(hidden, head_chunk, ids, offset):
     [B, T, K] that fall in it (0 for the others)."""
     logits = jnp.einsum("btd,dv->btv", hidden, head_chunk, preferred_element_type=jnp.float32)
     m = jnp.max(logits, axis=-1)
-    local = ids - offset
-    inside = (local >= 0) & (local < logits.shape[-1])
-    picked = jnp.take_along_axis(logits, jnp.clip(local, 0, logits.shape[-1] - 1), axis=-1)
-    return m, jnp.exp(logits - m[..., None]).sum(-1), jnp.where(inside, picked, 0.0)
+    return m, jnp.exp(logits - m[..., None]).sum(-1), _logits_at(logits, ids, offset)
 
 
 def _picked_merge(acc, chunk):
-    m0, s0, p0 = acc
-    m1, s1, p1 = chunk
-    m = jnp.maximum(m0, m1)
-    return m, s0 * jnp.exp(m0 - m) + s1 * jnp.exp(m1 - m), p0 + p1
+    (m0, s0, p0), (m1, s1, p1) = acc, chunk
+    return (*_merge_sum_exp(m0, s0, m1, s1), p0 + p1)
 
 
 def token_logprobs_of(
@@ -230,8 +237,7 @@ def token_top_k(
 
     def merge(acc, chunk):
         (m0, s0, v0, i0), (m1, s1, v1, i1) = acc, chunk
-        m = jnp.maximum(m0, m1)
-        s = s0 * jnp.exp(m0 - m) + s1 * jnp.exp(m1 - m)
+        m, s = _merge_sum_exp(m0, s0, m1, s1)
         values = jnp.concatenate([v0, v1], axis=-1)
         ids = jnp.concatenate([i0, i1], axis=-1)
         values, order = jax.lax.top_k(values, k)
