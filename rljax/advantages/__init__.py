@@ -39,6 +39,7 @@ from rljax.advantages.pass_at_k import (
 from rljax.advantages.prefix_tree import implicit_process_advantages, prefix_tree_advantages
 from rljax.advantages.reinforce_pp import batch_whitened_advantages, reinforce_pp_advantages
 from rljax.advantages.remax import greedy_baseline_advantages, remax_advantages
+from rljax.advantages.reward_components import components_as_rewards
 from rljax.advantages.rloo import leave_one_out_advantages, rloo_advantages
 from rljax.advantages.sequence import sequence_advantages
 from rljax.advantages.turns import (
@@ -61,6 +62,7 @@ __all__ = [
     "agent_advantages",
     "agent_normalized_advantages",
     "batch_whitened_advantages",
+    "components_as_rewards",
     "deviation_gated_advantages",
     "dgpo_token_weights",
     "difficulty_adaptive_advantages",

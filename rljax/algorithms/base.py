@@ -85,6 +85,12 @@ class Algorithm(NamedTuple):
         return bool(({keys.TEACHER_LOGPROBS} | keys.TEACHER_TOPK) & self.reads)
 
     @property
+    def needs_reward_components(self) -> bool:
+        """Whether it reads the K components of each reward (`extras["reward_components"]`),
+        which the driver collects from a task with `reward_components`."""
+        return keys.REWARD_COMPONENTS in self.reads
+
+    @property
     def needs_teacher_top_k(self) -> bool:
         """Whether it reads the teacher's top-k tokens and their log-probs (GKD), so the
         driver needs `teacher.top_k` > 0."""

@@ -20,6 +20,7 @@ from rljax.advantages.lead import lead_advantages
 from rljax.advantages.max_likelihood import mean_normalized_advantages
 from rljax.advantages.optimal_token_baseline import optimal_token_baseline_advantages
 from rljax.advantages.prefix_tree import implicit_process_advantages
+from rljax.advantages.reward_components import components_as_rewards
 from rljax.algorithms.base import (
     Algorithm,
     PPOSettings,
@@ -28,7 +29,7 @@ from rljax.algorithms.base import (
     regularized_preset,
 )
 from rljax.core.objective import sum_objectives
-from rljax.core.transform import chain
+from rljax.core.transform import Transform, chain
 from rljax.objectives.gkd import generalized_jsd
 from rljax.objectives.mu_grpo import mu_grpo as mu_grpo_objective
 from rljax.objectives.power_distillation import power_weighting, weighted_sft
@@ -150,12 +151,15 @@ def gprl(
     weights: tuple[float, ...] | None = None,
     drift_window: int = 8,
     drift_threshold: float = 0.6,
+    reward_components: bool = False,
     ppo: PPOSettings = PPOSettings(),
 ) -> Algorithm:
     """GPRL (arXiv 2605.18721): per-dimension group-relative advantages of [B, K] rewards,
     combined with context-dependent weights (`extras["dimension_weights"]` or `weights`), and
     the drift monitor that down-weights a dimension taking over the reward gain and tightens
-    the clip range (`extras["clip_scale"]`, read by the PPO surrogate)."""
+    the clip range (`extras["clip_scale"]`, read by the PPO surrogate). `reward_components`:
+    the K dimensions are the task's reward components, which the driver collects
+    (`components_as_rewards`)."""
     advantages = preference_advantages(
         group_size,
         weights=None if weights is None else jnp.asarray(weights, jnp.float32),
@@ -163,19 +167,30 @@ def gprl(
         drift_threshold=drift_threshold,
         num_dimensions=num_dimensions,
     )
-    return ppo_preset(chain(advantages), ppo)
+    return ppo_preset(_from_components(reward_components, advantages), ppo)
 
 
 def gdpo(
     group_size: int,
     weights: tuple[float, ...] | None = None,
     normalize_std: bool = True,
+    reward_components: bool = False,
     ppo: PPOSettings = PPOSettings(),
 ) -> Algorithm:
     """GDPO (arXiv 2601.05242; verl's "gdpo" estimator): each dimension of [B, K] rewards
     normalised in its group, summed with `weights`, whitened over the batch's tokens
-    (`rljax.advantages.gdpo`), + PPO clip. [B] rewards give GRPO followed by the whitening."""
-    return ppo_preset(chain(decoupled_group_advantages(group_size, weights, normalize_std)), ppo)
+    (`rljax.advantages.gdpo`), + PPO clip. [B] rewards give GRPO followed by the whitening.
+    `reward_components`: the K dimensions are the task's reward components, which the driver
+    collects (`components_as_rewards`)."""
+    advantages = decoupled_group_advantages(group_size, weights, normalize_std)
+    return ppo_preset(_from_components(reward_components, advantages), ppo)
+
+
+def _from_components(reward_components: bool, advantages: Transform) -> Transform:
+    """`advantages` of the task's reward components where asked, else of `batch.rewards`."""
+    if reward_components:
+        return chain(components_as_rewards(), advantages)
+    return chain(advantages)
 
 
 def maxrl(group_size: int, ppo: PPOSettings = PPOSettings()) -> Algorithm:

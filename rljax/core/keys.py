@@ -98,6 +98,7 @@ CORRECT = extra("correct")
 SEQUENCE_ADVANTAGE = extra("sequence_advantage")
 AGENT_ID = extra("agent_id")
 DIMENSION_WEIGHTS = extra("dimension_weights")
+REWARD_COMPONENTS = extra("reward_components")
 POLICY_VERSION = extra("policy_version")
 ENV_MASK = extra("env_mask")
 TURN_REWARDS = extra("turn_rewards")
@@ -151,6 +152,12 @@ KEYS: dict[str, KeyInfo] = {
     ROUTES: KeyInfo("[B, P + T, L, k] int32", "an MoE rollout's expert choices", SAMPLER),
     AGENT_ID: KeyInfo("[B] int32", "which agent wrote each sample (multi-agent)", COLLECTOR),
     DIMENSION_WEIGHTS: KeyInfo("[B, K] f32", "context-dependent reward weights", COLLECTOR),
+    REWARD_COMPONENTS: KeyInfo(
+        "[B, K] f32",
+        "the K components of each sample's reward (the task's reward_components)",
+        COLLECTOR,
+        read_by="components_as_rewards",
+    ),
     SEQUENCE_ADVANTAGE: KeyInfo(
         "[B] f32", "advantages chosen on the host (UEC-RL's driver)", COLLECTOR
     ),

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import shutil
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +24,25 @@ def _naming(path: str):
         if err.filename is None:
             err.filename = path
         raise
+
+
+def _summary_writer_class() -> type:
+    """tensorboardX's SummaryWriter, imported without torch.
+
+    tensorboardX imports torch whenever it is installed, only to accept torch tensors, which
+    costs a launch 3 s; we log floats. A None entry in sys.modules makes `import torch` fail
+    inside tensorboardX, and removing it afterwards leaves torch importable.
+    """
+    if "torch" in sys.modules:
+        from tensorboardX import SummaryWriter
+
+        return SummaryWriter
+    sys.modules["torch"] = None  # type: ignore[assignment]
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        del sys.modules["torch"]
+    return SummaryWriter
 
 
 def to_scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -85,13 +105,11 @@ class MetricsWriter:
         self._file = open(self.path, "a", encoding="utf-8")
         self._tb = None
         if tensorboard:
-            from tensorboardX import SummaryWriter  # optional and slow to import
-
             logdir = os.path.join(run_dir, "tensorboard")
             if resume_step is None:
                 shutil.rmtree(logdir, ignore_errors=True)
             purge = None if resume_step is None else resume_step + 1
-            self._tb = SummaryWriter(logdir, purge_step=purge)
+            self._tb = _summary_writer_class()(logdir, purge_step=purge)
             self._tb_dir = logdir
 
     def write(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float]:

@@ -40,12 +40,13 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 _log = logging.getLogger(__name__)
 
-Outcome = tuple[float, str | None, str]
-"""(reward, failure kind or None, detail for the log) of one scored row."""
+Outcome = tuple[float | tuple[float, ...], str | None, str]
+"""(reward, failure kind or None, detail for the log) of one scored row; the reward is a
+tuple of K floats where the reward function returns K components."""
 
 
-def check_value(value: Any) -> Outcome:
-    """The outcome of one returned reward value: a real, finite number or a failure."""
+def _check_number(value: Any) -> Outcome:
+    """The outcome of one number: a real, finite float or a failure."""
     if not isinstance(value, numbers.Real):
         return 0.0, "wrong_type", f"got {type(value).__name__} {value!r:.80}"
     try:
@@ -55,6 +56,19 @@ def check_value(value: Any) -> Outcome:
     if not math.isfinite(number):
         return 0.0, "non_finite", f"got {value!r}"
     return number, None, ""
+
+
+def check_value(value: Any) -> Outcome:
+    """The outcome of one returned reward value: a real, finite number, a tuple of them (from
+    a list, tuple or 1-D array: the K components of one reward, `tally_outcomes(dims=K)`), or
+    a failure."""
+    if isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim == 1):
+        parts = [_check_number(v) for v in value]
+        failed = next((p for p in parts if p[1] is not None), None)
+        if failed is not None:
+            return 0.0, failed[1], f"{failed[2]} in {value!r:.80}"
+        return tuple(p[0] for p in parts), None, ""
+    return _check_number(value)
 
 
 def failed_call(err: BaseException) -> Outcome:
@@ -80,19 +94,25 @@ def score_one(
 
 
 def tally_outcomes(
-    outcomes: Sequence[Outcome], max_abs: float = FLOAT32_MAX
+    outcomes: Sequence[Outcome], max_abs: float = FLOAT32_MAX, dims: int | None = None
 ) -> tuple[np.ndarray, dict[str, int]]:
-    """Rewards [B] float32 and failure counts per kind of B row outcomes, a reward beyond
-    +-max_abs made a failure of kind "out_of_range"; logs one warning per kind of failure (how
-    many rows, and the first one's detail)."""
-    rewards = np.zeros(len(outcomes), np.float32)
+    """Rewards [B] float32 (or [B, K] with `dims`=K) and failure counts per kind of B row
+    outcomes; logs one warning per kind of failure (how many rows, and the first one's
+    detail).
+
+    A row's reward of the wrong arity (K numbers where one is expected, one or another count
+    where `dims` = K) is a failure of kind "wrong_type", and one beyond +-max_abs of kind
+    "out_of_range"; a failed row scores 0 in every component.
+    """
+    rewards = np.zeros((len(outcomes),) if dims is None else (len(outcomes), dims), np.float32)
     failures = dict.fromkeys(FAILURE_KINDS, 0)
     first: dict[str, str] = {}
     for i, (reward, kind, detail) in enumerate(outcomes):
-        if kind is None and abs(reward) > max_abs:
-            reward, kind, detail = 0.0, "out_of_range", f"got {reward!r} > max_abs={max_abs:g}"
-        rewards[i] = reward
-        if kind is not None:
+        if kind is None:
+            reward, kind, detail = _fit(reward, max_abs, dims)
+        if kind is None:
+            rewards[i] = reward
+        else:
             failures[kind] += 1
             first.setdefault(kind, f"sample {i}: {detail}")
     for kind, detail in first.items():
@@ -106,6 +126,18 @@ def tally_outcomes(
     return rewards, failures
 
 
+def _fit(reward: float | tuple[float, ...], max_abs: float, dims: int | None) -> Outcome:
+    """A returned reward checked against the expected arity (`dims`) and +-max_abs."""
+    arity = len(reward) if isinstance(reward, tuple) else None
+    if arity != dims:
+        want = "one number" if dims is None else f"{dims} numbers"
+        return 0.0, "wrong_type", f"got {reward!r:.80}, expected {want}"
+    values = reward if isinstance(reward, tuple) else (reward,)
+    if any(abs(v) > max_abs for v in values):
+        return 0.0, "out_of_range", f"got {reward!r:.80} > max_abs={max_abs:g}"
+    return reward, None, ""
+
+
 def score_completions(
     reward_fn: RewardFn,
     prompts: Sequence[str],
@@ -113,6 +145,7 @@ def score_completions(
     answers: Sequence[str],
     timeout_s: float | None = None,
     max_abs: float = FLOAT32_MAX,
+    dims: int | None = None,
 ) -> tuple[np.ndarray, dict[str, int]]:
     """Rewards of B completions, with failed calls scored 0.
 
@@ -121,9 +154,11 @@ def score_completions(
       prompts, completions, answers: B strings each, row i one sample.
       timeout_s: soft per-call time limit in seconds (see the module docstring); None for none.
       max_abs: a reward beyond +-max_abs is a failure of kind "out_of_range".
+      dims: K where reward_fn returns K components of one reward (a sequence of K numbers);
+        None where it returns one number.
 
     Returns:
-      rewards: [B] float32.
+      rewards: [B] float32, or [B, K] with `dims`.
       failures: count of failed calls per kind, every kind of `FAILURE_KINDS` present.
     """
     if not len(prompts) == len(completions) == len(answers):
@@ -136,4 +171,5 @@ def score_completions(
     return tally_outcomes(
         [score_one(reward_fn, *row, timeout_s) for row in zip(prompts, completions, answers)],
         max_abs,
+        dims,
     )

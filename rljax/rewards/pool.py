@@ -356,8 +356,10 @@ class RewardPool:
         batched: bool = False,
         batch_size: int | None = None,
         max_abs: float = FLOAT32_MAX,
+        dims: int | None = None,
     ) -> tuple[np.ndarray, dict[str, int]]:
-        """Rewards [B] float32 and failure counts per kind, as `score_completions_parallel`."""
+        """Rewards [B] float32 ([B, K] with `dims`=K: reward components) and failure counts
+        per kind, as `score_completions_parallel`."""
         b = len(prompts)
         if not b == len(completions) == len(answers):
             raise ValueError(
@@ -372,7 +374,7 @@ class RewardPool:
         size = (batch_size or max(b, 1)) if batched else 1
         chunks = [rows[i : i + size] for i in range(0, b, size)]
         outcomes = [o for chunk in self.map(reward_fn, chunks, timeout_s, batched) for o in chunk]
-        return tally_outcomes(outcomes, max_abs)
+        return tally_outcomes(outcomes, max_abs, dims)
 
     def close(self) -> None:
         """Stops every worker (idle ones asked, busy ones killed); the pool cannot be reused."""
@@ -411,11 +413,12 @@ def score_on_shared_pool(
     workers: int,
     timeout_s: float | None,
     max_abs: float = FLOAT32_MAX,
+    dims: int | None = None,
 ) -> tuple[np.ndarray, dict[str, int]]:
     """`score_completions` on `shared_pool(kind, workers)`: the run's contained scorer."""
     pool = shared_pool(kind, workers)
     return pool.score_completions(
-        reward_fn, prompts, completions, answers, timeout_s=timeout_s, max_abs=max_abs
+        reward_fn, prompts, completions, answers, timeout_s=timeout_s, max_abs=max_abs, dims=dims
     )
 
 
@@ -431,6 +434,7 @@ def score_completions_parallel(
     batch_size: int | None = None,
     start_method: str = "forkserver",
     max_abs: float = FLOAT32_MAX,
+    dims: int | None = None,
 ) -> tuple[np.ndarray, dict[str, int]]:
     """Rewards of B completions scored on a one-off pool, with failed calls scored 0.
 
@@ -446,9 +450,10 @@ def score_completions_parallel(
       batch_size: rows per batched call; None for all B in one call.
       start_method: multiprocessing start method of process workers.
       max_abs: a reward beyond +-max_abs is a failure of kind "out_of_range".
+      dims: K where reward_fn returns K components of one reward; None for one number.
 
     Returns:
-      rewards: [B] float32, in input order.
+      rewards: [B] float32 ([B, K] with `dims`), in input order.
       failures: count of failed rows per kind, every kind of `FAILURE_KINDS` present.
 
     Raises:
@@ -457,5 +462,13 @@ def score_completions_parallel(
     """
     with RewardPool(kind, max_workers, start_method) as pool:
         return pool.score_completions(
-            reward_fn, prompts, completions, answers, timeout_s, batched, batch_size, max_abs
+            reward_fn,
+            prompts,
+            completions,
+            answers,
+            timeout_s,
+            batched,
+            batch_size,
+            max_abs,
+            dims,
         )

@@ -139,8 +139,16 @@ def build_collector(
             state.params,
         )
         rollout_mesh, rollout = devices.mesh, devices.steps.rollout
+    components = reward_component_names(config, task, algorithm)
     draw: Any = RolloutDraw(
-        data, sharded_rollout(rollout, rollout_mesh), task, tokenizer, n, scorer, token_level
+        data,
+        sharded_rollout(rollout, rollout_mesh),
+        task,
+        tokenizer,
+        n,
+        scorer,
+        token_level,
+        bool(components),
     )
     if isinstance(data, SelectedPromptBatches):
         draw = WithFeedback(draw, data, steps.logprobs)
@@ -153,7 +161,7 @@ def build_collector(
         draw = WithGreedyBaseline(draw, greedy, task, tokenizer, scorer)
     draw = with_teacher(draw, config, tokenizer, algorithm)
     collector: Collector = GroupCollector(
-        draw, n, SamplerPolicy(staleness, devices), r.max_refill_rounds
+        draw, n, SamplerPolicy(staleness, devices), r.max_refill_rounds, components
     )
     replay = build_replay(config)
     return collector if replay is None else ReplayCollector(collector, replay)
@@ -185,6 +193,7 @@ def build_episode_collector(
         "mesh.sampler_devices": config.mesh.sampler_devices != 0,
         "reward.token_level": token_level_rewards(config),
         "algorithm.name": algorithm.collection is not None,
+        "algorithm.reward_components": algorithm.needs_reward_components,
         "--num_processes": jax.process_count() > 1,
     }
     unsupported = [key for key, on in off.items() if on]
@@ -210,6 +219,48 @@ def build_episode_collector(
     draw = with_teacher(draw, config, tokenizer, algorithm)
     policy = SamplerPolicy(config.train.max_staleness, None)
     return GroupCollector(draw, config.rollout.n_samples, policy, config.rollout.max_refill_rounds)
+
+
+def reward_component_names(config: ConfigDict, task: Task, algorithm: Algorithm) -> tuple[str, ...]:
+    """The names of the task's K reward components when the algorithm reads them (GDPO or
+    GPRL with `algorithm.reward_components=True`), else ().
+
+    Raises:
+      ValueError: a task without `reward_components`, `algorithm.num_dimensions` or
+        `algorithm.weights` not K long, or a collector feature that keeps no components.
+    """
+    if not algorithm.needs_reward_components:
+        return ()
+    name, settings = config.algorithm.name, config.algorithm
+    if not hasattr(task, "reward_components"):
+        raise ValueError(
+            f"algorithm.name={name!r} with algorithm.reward_components=True needs a task "
+            f"with reward_components(); task {config.task.name!r} has none"
+        )
+    names = tuple(task.reward_component_names)
+    k = len(names)
+    if settings.get("num_dimensions", k) != k:
+        raise ValueError(
+            f"algorithm.num_dimensions={settings.num_dimensions} but task "
+            f"{config.task.name!r} has {k} reward components {names}"
+        )
+    if settings.get("weights") is not None and len(settings.weights) != k:
+        raise ValueError(
+            f"algorithm.weights={tuple(settings.weights)} needs one weight per reward "
+            f"component of task {config.task.name!r}: {names}"
+        )
+    off = {
+        "lope.num_perturbed": config.lope.num_perturbed != 0,
+        "reward.token_level": token_level_rewards(config),
+        "task.group_rewards": hasattr(task, "group_rewards"),
+    }
+    unsupported = [key for key, on in off.items() if on]
+    if unsupported:
+        raise ValueError(
+            f"algorithm.reward_components=True does not combine with {unsupported} yet: "
+            "their rows carry no reward components"
+        )
+    return names
 
 
 def with_teacher(draw: Any, config: ConfigDict, tokenizer: Tokenizer, algorithm: Algorithm) -> Any:

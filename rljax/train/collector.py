@@ -100,7 +100,9 @@ def refill(
         wanted = rows.num_groups
         if max_refill_rounds == 0:
             return rows, metrics
-        good = informative_groups(rows.rows["rewards"], group_size)
+        good = informative_groups(
+            rows.rows.get("reward_components", rows.rows["rewards"]), group_size
+        )
         if attempt == 0:
             metrics["refill/informative_frac"] = float(good.mean())
         kept.append(rows.take_groups(good))
@@ -124,6 +126,8 @@ class GroupCollector:
       group_size: G, samples per prompt.
       policy: which parameters sample (bounded staleness, the sampler's devices).
       max_refill_rounds: DAPO's extra draws (0: off).
+      component_names: the names of the K reward components the draw keeps
+        ("reward_components" [B, K]), each logged as "reward/<name>" (its mean).
     """
 
     def __init__(
@@ -132,6 +136,7 @@ class GroupCollector:
         group_size: int,
         policy: SamplerPolicy | None = None,
         max_refill_rounds: int = 0,
+        component_names: tuple[str, ...] = (),
     ):
         if max_refill_rounds < 0:
             raise ValueError(f"max_refill_rounds={max_refill_rounds} must be >= 0")
@@ -139,6 +144,7 @@ class GroupCollector:
         self.group_size = group_size
         self.policy = policy or SamplerPolicy()
         self.max_refill_rounds = max_refill_rounds
+        self.component_names = component_names
 
     def collect(self, state: TrainState, step: int) -> Collection:
         """One batch of `G x prompts` rows: host metrics of the kept rows (reward, accuracy,
@@ -148,6 +154,9 @@ class GroupCollector:
         batch, drawn = refill(draw, self.max_refill_rounds, self.group_size)
         rows = batch.rows
         host = rollout_metrics(np.asarray(rows["rewards"]), np.asarray(rows["completion_mask"]))
+        if self.component_names:
+            means = np.asarray(rows["reward_components"]).mean(axis=0)
+            host.update({f"reward/{n}": float(m) for n, m in zip(self.component_names, means)})
         failures = {k: v for k, v in drawn.items() if k.startswith("reward/failures_")}
         others = {k: v for k, v in drawn.items() if k not in failures}
         host = {**others, **host, **failures}

@@ -35,7 +35,12 @@ from rljax.rollout.sampler import Rollout
 from rljax.train.collector import Draw, Drawn
 from rljax.train.host_batch import HostBatch
 from rljax.train.lope import LoPERescue
-from rljax.train.scoring import Scorer, score_rollout, score_rollout_tokens
+from rljax.train.scoring import (
+    Scorer,
+    score_reward_components,
+    score_rollout,
+    score_rollout_tokens,
+)
 from rljax.train.staleness import Policies
 from rljax.train.timing import add_time, timed
 
@@ -58,6 +63,8 @@ class RolloutDraw:
       scorer: runs the task's reward over decoded completions.
       token_level: score with the task's `token_rewards` and keep them as "token_rewards"
         [B, T] (GAE credits each token its own reward).
+      components: also score the task's `reward_components` and keep them as
+        "reward_components" [B, K] (GDPO, GPRL); their failures count with the reward's.
     """
 
     def __init__(
@@ -69,6 +76,7 @@ class RolloutDraw:
         group_size: int,
         scorer: Scorer = score_completions,
         token_level: bool = False,
+        components: bool = False,
     ):
         self.data = data
         self.rollout = rollout
@@ -77,6 +85,7 @@ class RolloutDraw:
         self.group_size = group_size
         self.scorer = scorer
         self.token_level = token_level
+        self.components = components
 
     def __call__(self, policies: Policies, step: int, attempt: int) -> Drawn:
         del step  # the rollout's key comes from the state's step and the attempt
@@ -99,6 +108,12 @@ class RolloutDraw:
         rows = HostBatch.from_rollout(out, prompts["index"], rewards, g)
         if token_rewards is not None:
             rows = rows.with_rows(token_rewards=token_rewards)
+        if self.components:
+            parts, part_failures = score_reward_components(
+                *completions, out.completion_mask, g, self.scorer
+            )
+            rows = rows.with_rows(reward_components=parts)
+            failures = {k: v + part_failures[k] for k, v in failures.items()}
         metrics = {f"reward/failures_{k}": float(v) for k, v in failures.items()}
         metrics["time/rollout_s"] = rollout_s
         metrics["time/reward_s"] = time.perf_counter() - start

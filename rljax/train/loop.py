@@ -35,7 +35,7 @@ from rljax.parallel.rules import DEFAULT_RULES, mesh_shardings, shard_params
 from rljax.rewards.pool import close_shared_pools
 from rljax.train.builders import build_mesh, build_optimizer, build_task
 from rljax.train.checkpoint import Checkpointer
-from rljax.train.collection import check_multi_process
+from rljax.train.collection import check_multi_process, reward_component_names
 from rljax.train.collector import Collector
 from rljax.train.compile_cache import enable_compilation_cache
 from rljax.train.disk import DiskFullErrors
@@ -89,6 +89,7 @@ def _train(
     prompts = Prompts.from_config(config, tokenizer)
     params = shard_params(params, mesh)
     algorithm = kind.build_algorithm(config, model_config)
+    reward_component_names(config, task, algorithm)  # its config errors before the warm start
     optimizer = build_optimizer(t)
 
     # A full disk: one DiskFull after everything below is closed (hence entered first).

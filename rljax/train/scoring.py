@@ -45,6 +45,24 @@ class TaskReward:
         return f"the reward of task {type(self.task).__name__}"
 
 
+class TaskRewardComponents(TaskReward):
+    """`task.reward_components(completion, answer)` as a `RewardFn` of K numbers, which a
+    pool sends its workers as it does `TaskReward`."""
+
+    def __call__(self, prompt: str, completion: str, answer: str) -> Any:
+        del prompt
+        return self.task.reward_components(completion, answer)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TaskRewardComponents) and other.task is self.task
+
+    def __hash__(self) -> int:
+        return hash((id(self.task), "components"))
+
+    def __repr__(self) -> str:
+        return f"the reward components of task {type(self.task).__name__}"
+
+
 def decode_completions(tokenizer: Tokenizer, tokens: np.ndarray, mask: np.ndarray) -> list[str]:
     """Completion texts, without the EOS and padding."""
     return [
@@ -81,6 +99,30 @@ def score_rollout(
         repeat(decode_prompts(prompts, tokenizer)),
         texts,
         repeat(decode_answers(prompts)),
+    )
+
+
+def score_reward_components(
+    task: Task,
+    tokenizer: Tokenizer,
+    prompts: dict,
+    tokens,
+    mask,
+    repeats: int,
+    scorer: Scorer = score_completions,
+) -> tuple[np.ndarray, dict[str, int]]:
+    """The task's reward components [N * repeats, K] of decoded completions (K: its
+    `reward_component_names`) and the failure counts, scored by `scorer` as `score_rollout`
+    scores the reward: a call that fails, or returns anything but K finite numbers, scores 0
+    in every component."""
+    texts = decode_completions(tokenizer, np.asarray(tokens), np.asarray(mask))
+    repeat = lambda xs: [x for x in xs for _ in range(repeats)]
+    return scorer(
+        TaskRewardComponents(task),
+        repeat(decode_prompts(prompts, tokenizer)),
+        texts,
+        repeat(decode_answers(prompts)),
+        dims=len(task.reward_component_names),
     )
 
 
@@ -151,9 +193,10 @@ def score_rollout_tokens(
 
 
 def informative_groups(rewards: np.ndarray, group_size: int) -> np.ndarray:
-    """[B/G] bool: groups whose rewards are not all equal (they carry a learning signal)."""
-    r = np.asarray(rewards).reshape(-1, group_size)
-    return ~np.all(r == r[:, :1], axis=1)
+    """[B/G] bool: groups whose [B] rewards (or [B, K] reward components: in any component)
+    are not all equal (they carry a learning signal)."""
+    r = np.asarray(rewards).reshape(-1, group_size, int(np.prod(np.shape(rewards)[1:])))
+    return ~np.all(r == r[:, :1], axis=(1, 2))
 
 
 def rollout_metrics(rewards: np.ndarray, completion_mask: np.ndarray) -> dict[str, float]:

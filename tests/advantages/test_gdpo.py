@@ -9,6 +9,8 @@ import pytest
 from rljax.advantages.gdpo import decoupled_group_advantages, gdpo_advantages
 from rljax.advantages.gprl import gprl_advantages
 from rljax.advantages.group import grpo_advantages
+from rljax.algorithms import gdpo
+from rljax.core import keys
 from rljax.core.batch import make_batch
 from rljax.core.transform import Context
 
@@ -82,6 +84,26 @@ def test_transform_writes_advantages_and_metrics():
     expected = reference(REWARDS, MASK, 3, (1.0, 1.0))
     np.testing.assert_allclose(out.advantages, expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(metrics["gdpo/advantages/mean"], 0.0, atol=1e-6)
+
+
+def test_the_preset_on_reward_components_normalises_them_not_the_scalar_reward():
+    # The driver's batch: one scalar reward per sample, the K components in extras.
+    batch = make_batch(
+        prompt_tokens=np.zeros((6, 1)),
+        prompt_mask=np.ones((6, 1)),
+        completion_tokens=np.zeros((6, 3)),
+        completion_mask=MASK,
+        group_id=np.arange(6) // 3,
+        rewards=REWARDS[:, 0],
+        extras={"reward_components": REWARDS},
+    )
+    t = gdpo(3, weights=(2.0, 0.5), reward_components=True).transform
+    ctx = Context(step=jnp.int32(0), rng=jax.random.PRNGKey(0))
+    out, _, _ = t.apply(batch, t.init(), ctx)
+    expected = reference(REWARDS, MASK, 3, (2.0, 0.5))
+    np.testing.assert_allclose(out.advantages, expected, rtol=1e-5, atol=1e-6)
+    assert keys.REWARD_COMPONENTS in gdpo(3, reward_components=True).reads
+    assert keys.REWARD_COMPONENTS not in gdpo(3).reads
 
 
 def test_errors():

@@ -105,6 +105,23 @@ def test_reward_is_exact_match_after_strip():
 
 
 @pytest.mark.parametrize(
+    "completion,components",
+    [
+        (" 123\n", (1.0, 1.0, 1.0)),  # exact
+        ("124", (0.0, 2 / 3, 1.0)),  # the ones digit wrong
+        ("23", (0.0, 2 / 3, 0.0)),  # the hundreds digit missing: right-aligned credit
+        ("1123", (0.0, 1.0, 0.0)),  # an extra leading digit
+        ("abc", (0.0, 0.0, 1.0)),  # no digit in place, the right length
+        ("", (0.0, 0.0, 0.0)),
+    ],
+)
+def test_reward_components(completion, components):
+    task = AdditionTask()
+    assert task.reward_component_names == ("correct", "digits", "length")
+    assert task.reward_components(completion, "123") == pytest.approx(components)
+
+
+@pytest.mark.parametrize(
     "kwargs",
     [
         dict(min_digits=0),

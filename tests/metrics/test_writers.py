@@ -3,6 +3,8 @@
 import glob
 import json
 import os
+import subprocess
+import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -65,3 +67,36 @@ def test_samples_writer_writes_groups_and_resumes(tmp_path):
 def test_non_scalar_metric_is_an_error():
     with pytest.raises(ValueError, match="'v' has shape"):
         to_scalars({"v": np.zeros(3)})
+
+
+def _tensorboard_scalars(logdir):
+    """(tag, step, value) from TensorBoard event files, read as TFRecords by hand."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    out = []
+    for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
+        data = open(path, "rb").read()
+        at = 0
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at : at + 8])
+            event = event_pb2.Event.FromString(data[at + 12 : at + 12 + length])
+            at += 12 + length + 4  # length, its crc, the record, its crc
+            out += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
+    return out
+
+
+def test_tensorboard_events_are_written_without_importing_torch(tmp_path):
+    # tensorboardX imports torch (seconds) when it is installed; the writer keeps it out and
+    # leaves it importable afterwards.
+    program = f"""
+import importlib.util, sys
+from rljax.metrics.writers import MetricsWriter
+with MetricsWriter({str(tmp_path)!r}) as w:
+    w.write(3, {{"reward": 0.25}})
+assert "torch" not in sys.modules
+assert importlib.util.find_spec("torch") is None or __import__("torch")
+"""
+    subprocess.run([sys.executable, "-c", program], check=True, timeout=120)
+    assert _tensorboard_scalars(tmp_path / "tensorboard") == [("reward", 3, 0.25)]

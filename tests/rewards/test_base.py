@@ -90,3 +90,33 @@ def test_mismatched_lengths_and_bad_timeout_raise():
         score_completions(_flaky, ["", ""], [""], ["", ""])
     with pytest.raises(ValueError, match="timeout_s=0"):
         score_completions(_flaky, [""], [""], [""], timeout_s=0)
+
+
+def _components(prompt: str, completion: str, answer: str):
+    """K = 2 reward components, or a misbehaving value, according to the completion text."""
+    return {
+        "one": 1.0,  # a plain number where two are expected
+        "three": (1.0, 2.0, 3.0),
+        "nan": [0.5, float("nan")],
+        "str": (1.0, "2"),
+        "huge": np.asarray([1.0, 1e39]),
+    }.get(completion, (len(completion), np.float32(0.25)))
+
+
+def test_reward_components_pass_through_and_a_wrong_arity_fails(caplog):
+    completions = ["ab", "one", "three", "nan", "str", "huge", "abcd"]
+    with caplog.at_level(logging.WARNING, logger="rljax.rewards.base"):
+        rewards, failures = score_completions(_components, [""] * 7, completions, [""] * 7, dims=2)
+    assert rewards.dtype == np.float32 and rewards.shape == (7, 2)
+    np.testing.assert_array_equal(rewards, [[2, 0.25], *[[0, 0]] * 5, [4, 0.25]])
+    assert failures == dict(
+        dict.fromkeys(FAILURE_KINDS, 0), wrong_type=3, non_finite=1, out_of_range=1
+    )
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "expected 2 numbers" in messages and "sample 1" in messages
+
+
+def test_components_where_one_number_is_expected_are_the_wrong_type():
+    rewards, failures = score_completions(_components, [""] * 2, ["ab", "one"], [""] * 2)
+    np.testing.assert_array_equal(rewards, [0.0, 1.0])
+    assert failures["wrong_type"] == 1

@@ -119,3 +119,18 @@ def test_bad_arguments_raise():
 def test_empty_batch():
     rewards, failures = score_completions_parallel(_reward, [], [], [])
     assert rewards.shape == (0,) and sum(failures.values()) == 0
+
+
+def _two_components(prompt: str, completion: str, answer: str):
+    """K = 2 reward components; an exit or a wrong arity according to the completion text."""
+    if completion == "exit":
+        os._exit(3)
+    return (float(len(completion)), 1.0) if completion != "one" else 1.0
+
+
+def test_reward_components_on_a_process_pool():
+    rewards, failures = score_completions_parallel(
+        _two_components, [""] * 4, ["ab", "exit", "one", "a"], [""] * 4, kind="process", dims=2
+    )
+    np.testing.assert_array_equal(rewards, [[2, 1], [0, 0], [0, 0], [1, 1]])
+    assert failures == dict(dict.fromkeys(FAILURE_KINDS, 0), exit=1, wrong_type=1)

@@ -59,6 +59,10 @@ def test_three_updates_are_finite_and_move_the_params(name):
         rewards = jnp.asarray(np.tile([1.0, 0.0, 0.0, 1.0 - (i % 2)], 2), jnp.float32)
         if algorithm.collection is not None:  # UEC-RL's driver chooses advantages on the host
             extras["sequence_advantage"] = rewards - rewards.mean()
+        if algorithm.needs_reward_components:  # the addition task's 3: correct, digits, length
+            extras["reward_components"] = jnp.stack(
+                [rewards, jnp.tile(jnp.asarray([1.0, 0.5, 0.0, 0.5]), 2), jnp.ones(8)], axis=1
+            )
         if algorithm.needs_teacher:  # a stand-in teacher: the sampler's log-probs, shifted
             shift = jnp.where(rollout.completion_tokens % 2 == 0, 0.5, -0.5)
             extras["teacher_logprobs"] = rollout.sampling_logprobs + shift

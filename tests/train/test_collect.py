@@ -97,6 +97,9 @@ def fake_rollout(solved):
 def test_informative_groups():
     got = informative_groups(np.array([1, 1, 0, 1, 0, 0, 0.5, 0.5]), 2)
     np.testing.assert_array_equal(got, [False, True, False, False])
+    # [B, K] reward components: a group is informative when any component varies in it.
+    components = np.array([[1, 0], [1, 0], [1, 0], [1, 0.5], [0, 0], [1, 0]])
+    np.testing.assert_array_equal(informative_groups(components, 2), [False, True, True])
 
 
 def test_without_refill_keeps_the_first_draw():

@@ -329,6 +329,7 @@ OLD_KEYS = {
         "drift_threshold": ("0.6", "float"),
         "drift_window": ("8", "int"),
         "num_dimensions": ("REQUIRED", "int"),
+        "reward_components": ("False", "bool"),
         "weights": ("None", "NoneType|tuple"),
     },
     "grpo": {**PPO_KEYS, "normalize_std": ("True", "bool"), "std_scope": ("'group'", "str")},
@@ -447,6 +448,7 @@ OLD_KEYS = {
     "gdpo": {
         **PPO_KEYS,
         "normalize_std": ("True", "bool"),
+        "reward_components": ("False", "bool"),
         "weights": ("None", "NoneType|tuple"),
     },
     "sapo": {

@@ -44,6 +44,8 @@ class Task(Protocol):
 # Optional task methods the driver uses when present:
 #   difficulty(index, split) -> int: a difficulty level, for `prompt_selection.name=curriculum`;
 #   group_rewards(completions, answer) -> [G] rewards: scores a prompt's samples together;
+#   reward_components(completion, answer) -> K numbers, named by `reward_component_names`: the
+#     parts of a reward that multi-reward methods (GDPO, GPRL) normalise one by one;
 #   source(index, split) -> str: where an example comes from ("train.jsonl line 7"), for errors.
 
 

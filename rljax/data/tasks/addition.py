@@ -80,6 +80,21 @@ class AdditionTask(GeneratedSplits):
         """1.0 if the whole completion, stripped of surrounding whitespace, equals the answer."""
         return 1.0 if completion.strip() == answer else 0.0
 
+    # The K = 3 components of `reward_components`, for multi-reward methods (GDPO, GPRL).
+    reward_component_names = ("correct", "digits", "length")
+
+    def reward_components(self, completion: str, answer: str) -> tuple[float, float, float]:
+        """(correct, digits, length): the exact-sum reward; the fraction of the answer's digits
+        the completion has in place, aligned from the ones digit (partial credit); and 1.0 if
+        it has the answer's length (a format constraint), of the stripped completion."""
+        text = completion.strip()
+        in_place = sum(1 for a, c in zip(reversed(answer), reversed(text)) if a == c)
+        return (
+            self.reward(completion, answer),
+            in_place / len(answer),
+            float(len(text) == len(answer)),
+        )
+
     def sft_target(self, answer: str) -> str:
         """The completion a supervised warm start teaches: the bare answer."""
         return answer
