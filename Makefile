@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train test bench clean
+.PHONY: install train test test-slow bench clean
 
 $(STAMP): setup.py
 	python3 -m venv $(VENV)
@@ -21,6 +21,10 @@ train: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check rljax tests launchers configs benchmarks scripts
 	$(PY) -m pytest -q -n 2
+
+# What the default suite leaves out: long end-to-end runs, the heavier notebooks, real models.
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m slow
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.rollout

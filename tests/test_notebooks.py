@@ -16,7 +16,19 @@ SMALL = {
 }
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+# The default suite runs the short tutorials; these four (a minute or more each, compiling
+# several engines) run with `make test-slow`.
+SLOW = {"agent_episode.ipynb", "mxfp4_rl.ipynb", "entropy_schedules.ipynb", "diffusion_rl.ipynb"}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(p, marks=pytest.mark.slow) if os.path.basename(p) in SLOW else p
+        for p in NOTEBOOKS
+    ],
+    ids=os.path.basename,
+)
 def test_notebook_executes(path, monkeypatch):
     for key, value in SMALL.items():
         monkeypatch.setenv(key, value)

@@ -130,12 +130,15 @@ RECIPES = {
 }
 
 
+# The default suite kills GRPO in an update and a checkpoint write, an agent in its rollout
+# and a stale sampler's queue; the other recipes (two minutes each on 2 cores) run with
+# `make test-slow`.
+SLOW = ("lora", "qlora", "samplers", "diffusion", "uec_rl")
+
+
 @pytest.mark.parametrize(
     "recipe",
-    [
-        pytest.param(r, marks=pytest.mark.slow) if r in ("lora", "qlora") else r
-        for r in sorted(RECIPES)
-    ],
+    [pytest.param(r, marks=pytest.mark.slow) if r in SLOW else r for r in sorted(RECIPES)],
 )
 def test_killed_run_resumes_with_identical_metrics(tmp_path, recipe):
     config, flags, kills = RECIPES[recipe]
