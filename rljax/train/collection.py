@@ -229,7 +229,7 @@ def reward_component_names(config: ConfigDict, task: Task, algorithm: Algorithm)
       ValueError: a task without `reward_components`, `algorithm.num_dimensions` or
         `algorithm.weights` not K long, or a collector feature that keeps no components.
     """
-    if not algorithm.needs_reward_components:
+    if not getattr(algorithm, "needs_reward_components", False):  # a diffusion one has none
         return ()
     name, settings = config.algorithm.name, config.algorithm
     if not hasattr(task, "reward_components"):

@@ -155,12 +155,19 @@ def test_unsupported_features_are_named():
     config.task.name = "guess_number"
     config.rollout.engine = "static"
     config.lope.num_perturbed = 2
-    plain = types.SimpleNamespace(collection=None, greedy_baseline=False)
+    plain = types.SimpleNamespace(
+        collection=None, greedy_baseline=False, needs_reward_components=False
+    )
     with pytest.raises(ValueError, match=r"\['rollout.engine', 'lope.num_perturbed'\]"):
         build_episode_collector(
             config, GuessNumberTask(), TOKENIZER, iter(()), plain, None, None, None
         )
     config.rollout.engine, config.lope.num_perturbed = "continuous", 0
+    components = types.SimpleNamespace(**{**vars(plain), "needs_reward_components": True})
+    with pytest.raises(ValueError, match=r"\['algorithm.reward_components'\]"):
+        build_episode_collector(
+            config, GuessNumberTask(), TOKENIZER, iter(()), components, None, None, None
+        )
     config.prompt_selection.name = "dare"
     with pytest.raises(ValueError, match=r"\['prompt_selection.name'\]"):
         build_episode_collector(
