@@ -93,13 +93,7 @@ def score_rollout(
     texts = decode(tokenizer, np.asarray(tokens), np.asarray(mask))
     if grouped and hasattr(task, "group_rewards"):
         return score_groups(task.group_rewards, texts, decode_answers(prompts), repeats)
-    repeat = lambda xs: [x for x in xs for _ in range(repeats)]
-    return scorer(
-        TaskReward(task),
-        repeat(decode_prompts(prompts, tokenizer)),
-        texts,
-        repeat(decode_answers(prompts)),
-    )
+    return _score_each(TaskReward(task), tokenizer, prompts, texts, repeats, scorer)
 
 
 def score_reward_components(
@@ -116,14 +110,24 @@ def score_reward_components(
     scores the reward: a call that fails, or returns anything but K finite numbers, scores 0
     in every component."""
     texts = decode_completions(tokenizer, np.asarray(tokens), np.asarray(mask))
+    fn, dims = TaskRewardComponents(task), len(task.reward_component_names)
+    return _score_each(fn, tokenizer, prompts, texts, repeats, scorer, dims=dims)
+
+
+def _score_each(
+    fn: Any,
+    tokenizer: Tokenizer,
+    prompts: dict,
+    texts: list[str],
+    repeats: int,
+    scorer: Scorer,
+    **kwargs: Any,
+) -> tuple[np.ndarray, dict[str, int]]:
+    """`scorer` running `fn` on each of N * repeats completion texts, with its prompt's
+    text and answer."""
     repeat = lambda xs: [x for x in xs for _ in range(repeats)]
-    return scorer(
-        TaskRewardComponents(task),
-        repeat(decode_prompts(prompts, tokenizer)),
-        texts,
-        repeat(decode_answers(prompts)),
-        dims=len(task.reward_component_names),
-    )
+    prompt_texts, answers = decode_prompts(prompts, tokenizer), decode_answers(prompts)
+    return scorer(fn, repeat(prompt_texts), texts, repeat(answers), **kwargs)
 
 
 def score_groups(

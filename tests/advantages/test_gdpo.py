@@ -69,15 +69,21 @@ def test_gprl_shares_the_decoupled_normalisation():
     np.testing.assert_allclose(gprl_advantages(jnp.asarray(REWARDS), 3), z.mean(axis=1), rtol=1e-6)
 
 
-def test_transform_writes_advantages_and_metrics():
-    batch = make_batch(
+def batch_of(rewards, extras=None):
+    """Two groups of 3 with `rewards` and the completion mask MASK."""
+    return make_batch(
         prompt_tokens=np.zeros((6, 1)),
         prompt_mask=np.ones((6, 1)),
         completion_tokens=np.zeros((6, 3)),
         completion_mask=MASK,
         group_id=np.arange(6) // 3,
-        rewards=REWARDS,
+        rewards=rewards,
+        extras=extras,
     )
+
+
+def test_transform_writes_advantages_and_metrics():
+    batch = batch_of(REWARDS)
     t = decoupled_group_advantages(3, (1.0, 1.0))
     ctx = Context(step=jnp.int32(0), rng=jax.random.PRNGKey(0))
     out, _, metrics = t.apply(batch, t.init(), ctx)
@@ -88,15 +94,7 @@ def test_transform_writes_advantages_and_metrics():
 
 def test_the_preset_on_reward_components_normalises_them_not_the_scalar_reward():
     # The driver's batch: one scalar reward per sample, the K components in extras.
-    batch = make_batch(
-        prompt_tokens=np.zeros((6, 1)),
-        prompt_mask=np.ones((6, 1)),
-        completion_tokens=np.zeros((6, 3)),
-        completion_mask=MASK,
-        group_id=np.arange(6) // 3,
-        rewards=REWARDS[:, 0],
-        extras={"reward_components": REWARDS},
-    )
+    batch = batch_of(REWARDS[:, 0], {"reward_components": REWARDS})
     t = gdpo(3, weights=(2.0, 0.5), reward_components=True).transform
     ctx = Context(step=jnp.int32(0), rng=jax.random.PRNGKey(0))
     out, _, _ = t.apply(batch, t.init(), ctx)

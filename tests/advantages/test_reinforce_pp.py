@@ -145,7 +145,12 @@ def test_transform_writes_token_advantages_and_metrics(g, prefix):
 
 
 APPLY = {g: jax.jit(batch_whitened_advantages(g).apply) for g in (None, 4)}
-REWARD_VALUES = st.sampled_from([0.0, 0.1, 1.0, -0.3, 5.0])
+# Dyadic values: group means and centred returns are exact in float32. With 0.1 and -0.3,
+# centred returns that are equal in exact arithmetic (0.05 from [0, -0.3, 0, 0.1] and from
+# [0, 0, 0.1, 0.1]) differ by rounding in float32 (and differently in the float64 reference),
+# and whitening divides that ~1e-9 spread by std + eps = ~1e-6: +-0.004 on either side,
+# rounding amplified, not the formula (found by hypothesis in CI).
+REWARD_VALUES = st.sampled_from([0.0, 0.125, 1.0, -0.375, 5.0])
 
 
 @settings(max_examples=25, deadline=None)

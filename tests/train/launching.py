@@ -23,3 +23,15 @@ def launcher_env(compile_cache: bool = True) -> dict[str, str]:
     `--config.train.compilation_cache=` too)."""
     hidden = ("XLA_FLAGS",) if compile_cache else ("XLA_FLAGS", CACHE)
     return {k: v for k, v in os.environ.items() if k not in hidden}
+
+
+def tiny_driver_run(config, run_dir, steps: int = 2):
+    """`config` as the in-process driver tests run it: a width-16 one-layer model, no SFT,
+    `steps` steps of 8 prompts x 2 samples, evaluated and checkpointed at the last step."""
+    config.model.update(d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)
+    config.sft.steps = 0
+    config.task.eval_size = 8
+    config.rollout.n_samples = 2
+    config.train.update(steps=steps, prompts_per_step=8, eval_every=steps, checkpoint_every=steps)
+    config.run_dir = str(run_dir)
+    return config

@@ -5,6 +5,7 @@ driver with `train(config, wrap_collector=...)`."""
 from typing import Any
 
 import numpy as np
+from launching import tiny_driver_run
 
 from configs.grpo_addition import get_config
 from rljax.core.state import TrainState
@@ -39,13 +40,7 @@ class ReplayPrevious:
 
 
 def test_a_custom_collector_trains_through_the_driver(tmp_path):
-    config = get_config()
-    config.model.update(d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)
-    config.sft.steps = 0
-    config.task.eval_size = 8
-    config.rollout.n_samples = 2
-    config.train.update(steps=3, prompts_per_step=8, eval_every=3, checkpoint_every=3)
-    config.run_dir = str(tmp_path / "run")
+    config = tiny_driver_run(get_config(), tmp_path / "run", steps=3)
     made = []
 
     def wrap(inner):

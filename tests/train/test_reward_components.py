@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from launching import tiny_driver_run
 
 from configs.gdpo_addition import get_config
 from configs.gprl_addition import get_config as gprl_config
@@ -35,14 +36,7 @@ class Recording:
 
 
 def tiny_config(tmp_path):
-    config = get_config()
-    config.model.update(d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)
-    config.sft.steps = 0
-    config.task.eval_size = 8
-    config.rollout.n_samples = 2
-    config.train.update(steps=2, prompts_per_step=8, eval_every=2, checkpoint_every=2)
-    config.run_dir = str(tmp_path / "run")
-    return config
+    return tiny_driver_run(get_config(), tmp_path / "run")
 
 
 def test_the_batch_holds_the_task_components_of_each_completion(tmp_path):

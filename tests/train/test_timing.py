@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from launching import tiny_driver_run
 
 from configs.grpo_addition import get_config
 from rljax.train.loop import train
@@ -32,13 +33,7 @@ def test_compile_clock_counts_compilations_only_while_open():
 
 
 def test_the_phases_add_up_to_the_step(tmp_path):
-    config = get_config()
-    config.model.update(d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)
-    config.sft.steps = 0
-    config.task.eval_size = 8
-    config.rollout.n_samples = 2
-    config.train.update(steps=2, prompts_per_step=8, eval_every=2, checkpoint_every=2)
-    config.run_dir = str(tmp_path / "run")
+    config = tiny_driver_run(get_config(), tmp_path / "run")
     records = {r["step"]: r for r in train(config)}
     for step in (1, 2):
         r = records[step]
