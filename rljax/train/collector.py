@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, Protocol
 import jax
 import numpy as np
 
+from rljax.advantages.reward_components import REWARD_COMPONENTS
 from rljax.core.state import TrainState
 from rljax.parallel.distributed import allgather
 from rljax.train.host_batch import HostBatch
@@ -101,7 +102,7 @@ def refill(
         if max_refill_rounds == 0:
             return rows, metrics
         good = informative_groups(
-            rows.rows.get("reward_components", rows.rows["rewards"]), group_size
+            rows.rows.get(REWARD_COMPONENTS, rows.rows["rewards"]), group_size
         )
         if attempt == 0:
             metrics["refill/informative_frac"] = float(good.mean())
@@ -155,7 +156,7 @@ class GroupCollector:
         rows = batch.rows
         host = rollout_metrics(np.asarray(rows["rewards"]), np.asarray(rows["completion_mask"]))
         if self.component_names:
-            means = np.asarray(rows["reward_components"]).mean(axis=0)
+            means = np.asarray(rows[REWARD_COMPONENTS]).mean(axis=0)
             host.update({f"reward/{n}": float(m) for n, m in zip(self.component_names, means)})
         failures = {k: v for k, v in drawn.items() if k.startswith("reward/failures_")}
         others = {k: v for k, v in drawn.items() if k not in failures}

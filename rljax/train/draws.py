@@ -25,6 +25,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from rljax.advantages.reward_components import REWARD_COMPONENTS
 from rljax.core.state import TrainState
 from rljax.data.selected import SelectedPromptBatches
 from rljax.data.tasks import Task
@@ -112,7 +113,7 @@ class RolloutDraw:
             parts, part_failures = score_reward_components(
                 *completions, out.completion_mask, g, self.scorer
             )
-            rows = rows.with_rows(reward_components=parts)
+            rows = rows.with_rows(**{REWARD_COMPONENTS: parts})
             failures = {k: v + part_failures[k] for k, v in failures.items()}
         metrics = {f"reward/failures_{k}": float(v) for k, v in failures.items()}
         metrics["time/rollout_s"] = rollout_s

@@ -25,8 +25,8 @@ Scorer = Callable[..., tuple[np.ndarray, dict[str, int]]]
 
 class TaskReward:
     """`task.reward(completion, answer)` as a `RewardFn` a process pool can send its workers:
-    it pickles with its task, and equals (hashes as) another of the same task object, so a
-    pool pickles it once per run and sends it once per worker."""
+    it pickles with its task, and equals (hashes as) another of the same class and task
+    object, so a pool pickles it once per run and sends it once per worker."""
 
     def __init__(self, task: Task):
         self.task = task
@@ -36,10 +36,10 @@ class TaskReward:
         return self.task.reward(completion, answer)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, TaskReward) and other.task is self.task
+        return type(other) is type(self) and other.task is self.task
 
     def __hash__(self) -> int:
-        return id(self.task)
+        return hash((type(self), id(self.task)))
 
     def __repr__(self) -> str:
         return f"the reward of task {type(self.task).__name__}"
@@ -52,12 +52,6 @@ class TaskRewardComponents(TaskReward):
     def __call__(self, prompt: str, completion: str, answer: str) -> Any:
         del prompt
         return self.task.reward_components(completion, answer)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TaskRewardComponents) and other.task is self.task
-
-    def __hash__(self) -> int:
-        return hash((id(self.task), "components"))
 
     def __repr__(self) -> str:
         return f"the reward components of task {type(self.task).__name__}"
@@ -199,7 +193,8 @@ def score_rollout_tokens(
 def informative_groups(rewards: np.ndarray, group_size: int) -> np.ndarray:
     """[B/G] bool: groups whose [B] rewards (or [B, K] reward components: in any component)
     are not all equal (they carry a learning signal)."""
-    r = np.asarray(rewards).reshape(-1, group_size, int(np.prod(np.shape(rewards)[1:])))
+    r = np.asarray(rewards)
+    r = r.reshape(len(r) // group_size, group_size, -1)
     return ~np.all(r == r[:, :1], axis=(1, 2))
 
 

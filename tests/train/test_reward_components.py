@@ -15,6 +15,7 @@ from rljax.data.tasks import AdditionTask
 from rljax.models.tokenizer import ByteTokenizer
 from rljax.train.collector import Collection, Collector
 from rljax.train.loop import train
+from rljax.train.scoring import TaskReward, TaskRewardComponents
 
 
 class Recording:
@@ -88,3 +89,13 @@ def test_configs_that_cannot_work_are_refused_in_one_line(tmp_path, change, mess
         config.lope.num_perturbed = change["lope"]
     with pytest.raises(ValueError, match=re.escape(message)):
         train(config)
+
+
+def test_a_pool_keeps_the_reward_and_its_components_apart():
+    # The pool caches reward functions by equality: the two of one task must not be equal.
+    task = AdditionTask()
+    reward, components = TaskReward(task), TaskRewardComponents(task)
+    assert reward != components and components != reward
+    assert reward == TaskReward(task) and components == TaskRewardComponents(task)
+    assert hash(components) == hash(TaskRewardComponents(task))
+    assert components("", "124", "123") == task.reward_components("124", "123")
