@@ -19,6 +19,10 @@ The engine instead keeps a fixed number of decode slots busy:
   rollout is not decoded at the cost of the full slot count.
 - A sample's randomness comes from keys folded from (rollout key, prompt index, sample index,
   token index), so the slot or order a sequence runs in does not change what it samples.
+- In-flight weight updates (asynchronous RL): given a `WeightSwap`, the run asks it between
+  decode calls for newer weights and decodes the rest with them; the KV cache already written
+  stays (a partial rollout spans versions), and every token records the version of the
+  weights that computed the logits it was sampled from (`Rollout.policy_versions`).
 
 Every device step (prefill, admit, decode) is a pure jitted function with static shapes; the
 host only schedules. The result is the static sampler's `Rollout`, so collectors do not change.
@@ -47,6 +51,9 @@ from rljax.rollout.sampling import SamplingParams, sample_token
 # Cut a completion after its first n tokens (n = len(tokens) keeps it whole): host-side stop
 # rules such as stop strings, checked between decode calls.
 StopRule = Callable[[np.ndarray], int]
+# Polled between decode calls: (version, params) to decode the rest of the rollout with, or
+# None to keep the current weights.
+WeightSwap = Callable[[], "tuple[int, nnx.State] | None"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +97,7 @@ class _Slots:
     live: jax.Array  # [S] bool
     key: jax.Array  # [S, 2] uint32, the request's sampling key
     cuts: jax.Array  # [S] bool, the request decodes with CUTS
+    version: jax.Array  # [S] int32, the weights' version that computed `logits`
 
 
 @chex.dataclass
@@ -103,18 +111,21 @@ class _Outputs:
     env: jax.Array
     sampling_logprobs: jax.Array
     policy_logprobs: jax.Array
+    version: jax.Array  # [N, T] int32, the version whose logits each token was sampled from
     routes: jax.Array | None = None
 
 
 @chex.dataclass
 class _Prefixes:
     """Prefilled prompts waiting to be copied into slots: KV [L, R, K, P, hd], the logits of
-    the first completion token [R, V], prompt lengths [R] (and MoE routes [R, P, L, k])."""
+    the first completion token [R, V], prompt lengths [R], the weights' version that
+    prefilled them [R] (and MoE routes [R, P, L, k])."""
 
     keys: jax.Array
     values: jax.Array
     logits: jax.Array
     length: jax.Array
+    version: jax.Array
     routes: jax.Array | None = None
 
 
@@ -125,9 +136,10 @@ def _pad_routes(config: TransformerConfig, shape: tuple[int, ...]) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef",), donate_argnames=("prefixes",))
-def _prefill(graphdef, params, prefixes: _Prefixes, tokens, lengths, dest) -> _Prefixes:
+def _prefill(graphdef, params, prefixes: _Prefixes, tokens, lengths, dest, version) -> _Prefixes:
     """Prefills prompts `tokens` [A, P] (left-aligned, `lengths` [A]) into prefix rows `dest`
-    [A] (out-of-range rows are dropped: padding of the prefill batch)."""
+    [A] (out-of-range rows are dropped: padding of the prefill batch) with weights of
+    `version`."""
     model = nnx.merge(graphdef, params)
     a, p = tokens.shape
     mask = jnp.arange(p) < lengths[:, None]
@@ -140,6 +152,7 @@ def _prefill(graphdef, params, prefixes: _Prefixes, tokens, lengths, dest) -> _P
         values=prefixes.values.at[:, dest].set(cache.values, mode="drop"),
         logits=prefixes.logits.at[dest].set(model.logits(last), mode="drop"),
         length=prefixes.length.at[dest].set(lengths, mode="drop"),
+        version=prefixes.version.at[dest].set(version, mode="drop"),
     )
     if routes is not None:
         new["routes"] = prefixes.routes.at[dest].set(routes, mode="drop")
@@ -172,6 +185,7 @@ def _admit(
         live=put(slots.live, True),
         key=put(slots.key, keys),
         cuts=put(slots.cuts, cuts),
+        version=put(slots.version, prefixes.version[src]),
     )
     if outputs.routes is not None:  # the prompt's routes, left-padded as the Rollout holds them
         j = jnp.arange(p) - (p - n[:, None])  # [M, P]: prompt token j lands at column p - n + j
@@ -194,6 +208,7 @@ def _decode(
     slots: _Slots,
     outputs: _Outputs,
     wake,
+    version,
     *,
     steps: int,
     span: int,
@@ -201,8 +216,10 @@ def _decode(
     eos_ids: tuple[int, ...],
     pad_id: int,
 ):
-    """Decodes up to `steps` tokens in every live slot; stops early when no slot is live or
-    `wake` slots are free. Attention reads the first `span` cache slots."""
+    """Decodes up to `steps` tokens in every live slot with the weights of `version`; stops
+    early when no slot is live or `wake` slots are free. Attention reads the first `span`
+    cache slots. Each token records the version that computed the logits it was sampled from
+    (the one before `version` for the first token after a weight swap)."""
     model = nnx.merge(graphdef, params)
     n_rows, width = outputs.tokens.shape
     prompt_width = None if outputs.routes is None else outputs.routes.shape[1] - width
@@ -224,6 +241,7 @@ def _decode(
             mask=put(o.mask, True),
             sampling_logprobs=put(o.sampling_logprobs, sampling_lp),
             policy_logprobs=put(o.policy_logprobs, policy_lp),
+            version=put(o.version, s.version),
         )
         index = s.cache.index
         hidden, cache, routes = model.hidden_states(
@@ -242,6 +260,7 @@ def _decode(
         s = s.replace(
             cache=cache.replace(index=jnp.where(live, index + 1, index)),
             logits=model.logits(hidden[:, 0]),
+            version=jnp.where(live, version, s.version),
             t=jnp.where(live, s.t + 1, s.t),
             live=live & ~stop,
         )
@@ -295,7 +314,16 @@ def _take_slots(slots: _Slots, keep: jax.Array) -> _Slots:
         index=take(cache.index),
     )
     rest = {
-        f: take(getattr(slots, f)) for f in ("logits", "row", "t", "limit", "live", "key", "cuts")
+        f: take(getattr(slots, f)) for f in (
+            "logits",
+            "row",
+            "t",
+            "limit",
+            "live",
+            "key",
+            "cuts",
+            "version",
+        )
     }
     return slots.replace(cache=cache, **rest)
 
@@ -348,6 +376,8 @@ class Engine:
         *,
         n_samples: int = 1,
         max_new_tokens: Sequence[int] | None = None,
+        version: int = 0,
+        swap: WeightSwap | None = None,
     ) -> Rollout:
         """`n_samples` completions per prompt.
 
@@ -358,12 +388,15 @@ class Engine:
           rng: the rollout's PRNG key.
           n_samples: completions per prompt; rows of one prompt are adjacent.
           max_new_tokens: optional per-prompt budgets [B] (each <= the engine's).
+          version: the version number of `params`.
+          swap: polled between decode calls for newer weights (in-flight updates); with it
+            the `Rollout` records each token's version in `policy_versions`.
 
         Returns:
           A `Rollout` with B * n_samples rows and T = the engine's `max_new_tokens` columns.
         """
         prompts = self.check_prompts(prompt_tokens, prompt_mask, n_samples, max_new_tokens)
-        return _Run(self, params, *prompts, rng, n_samples).drain()
+        return _Run(self, params, *prompts, rng, n_samples, version, swap).drain()
 
     def check_prompts(
         self, prompt_tokens, prompt_mask, n_samples: int, max_new_tokens: Sequence[int] | None
@@ -397,9 +430,22 @@ class Engine:
 class _Run:
     """One `Engine.generate` call: the host-side queue, slot and prefix bookkeeping."""
 
-    def __init__(self, engine: Engine, params, tokens, mask, lengths, budgets, rng, n_samples):
+    def __init__(
+        self,
+        engine: Engine,
+        params,
+        tokens,
+        mask,
+        lengths,
+        budgets,
+        rng,
+        n_samples,
+        version: int = 0,
+        swap: WeightSwap | None = None,
+    ):
         cfg, model_cfg = engine.config, engine.model_config
         self.engine, self.params, self.g = engine, params, n_samples
+        self.version, self.swap = version, swap
         b, p = tokens.shape
         t = engine.max_new_tokens
         self.prompt_tokens, self.prompt_mask = tokens, mask
@@ -437,6 +483,7 @@ class _Run:
             live=jnp.zeros((n_slots,), bool),
             key=jnp.zeros((n_slots, *self.keys.shape[1:]), jnp.uint32),
             cuts=jnp.zeros((n_slots,), bool),
+            version=jnp.full((n_slots,), version, jnp.int32),
         )
         self.outputs = _Outputs(
             tokens=jnp.full((n, t), engine.pad_id, jnp.int32),
@@ -444,6 +491,7 @@ class _Run:
             env=jnp.zeros((n, t), bool),
             sampling_logprobs=jnp.zeros((n, t), jnp.float32),
             policy_logprobs=jnp.zeros((n, t), jnp.float32),
+            version=jnp.full((n, t), version, jnp.int32),
             routes=_pad_routes(model_cfg, (n, p + t)) if moe else None,
         )
         # FIFO admission leaves at most one prompt partly admitted, so a round needs at most
@@ -461,6 +509,7 @@ class _Run:
             values=jnp.zeros(pkv, dt),
             logits=jnp.zeros((self.prefix_rows, model_cfg.vocab_size), jnp.float32),
             length=jnp.zeros((self.prefix_rows,), jnp.int32),
+            version=jnp.full((self.prefix_rows,), version, jnp.int32),
             routes=_pad_routes(model_cfg, (self.prefix_rows, p)) if moe else None,
         )
         sampling = engine.sampling
@@ -479,6 +528,7 @@ class _Run:
         """Admits and decodes until the queue is empty and every slot has stopped."""
         cfg = self.engine.config
         while True:
+            self._swap_weights()
             if self.queue and self._free_slots().size:
                 self._admit()
             self._between_calls()
@@ -498,6 +548,7 @@ class _Run:
                 self.slots,
                 self.outputs,
                 jnp.int32(self._wake()),
+                jnp.int32(self.version),
                 steps=steps,
                 span=span,
                 sampling=self.engine.sampling,
@@ -511,6 +562,12 @@ class _Run:
             self._after_decode(was_live)
             self._shrink()
         return self._rollout()
+
+    def _swap_weights(self) -> None:
+        """Takes newer weights from the `WeightSwap`, if it has any."""
+        newer = self.swap() if self.swap is not None else None
+        if newer is not None:
+            self.version, self.params = newer
 
     # Hooks of a multi-turn run (`rljax.rollout.turns`); a plain run has none of its work.
     PER_SLOT = ("live", "index", "slot_row")  # host arrays indexed by slot
@@ -608,6 +665,7 @@ class _Run:
                 jnp.asarray(tokens),
                 jnp.asarray(lengths),
                 jnp.asarray(dest),
+                jnp.int32(self.version),
             )
 
     def _apply_stop_rule(self, was_live: np.ndarray) -> None:
@@ -647,6 +705,7 @@ class _Run:
             group_id=jnp.arange(o.tokens.shape[0], dtype=jnp.int32) // g,
             cuts_rows=jnp.asarray(self.cuts),
             routes=o.routes,
+            policy_versions=None if self.swap is None else o.version,
         )
 
 
@@ -666,10 +725,13 @@ def engine_generate(
     extra_eos_ids: Sequence[int] = (),
     stop: StopRule | None = None,
     turns=None,
+    version: int = 0,
+    swap: WeightSwap | None = None,
 ) -> Rollout:
     """`rljax.rollout.generate`'s call, run by an `Engine`: the same arguments and `Rollout`,
-    plus the engine's schedule, more EOS ids, a host-side stop rule and, with a `turns`
-    handler (`rljax.rollout.turns.TurnHandler`), multi-turn episodes."""
+    plus the engine's schedule, more EOS ids, a host-side stop rule, with a `turns` handler
+    (`rljax.rollout.turns.TurnHandler`) multi-turn episodes, and with a `swap` in-flight
+    weight updates (`params` being `version`)."""
     config = nnx.merge(graphdef, params).config
     runner = Engine(
         graphdef,
@@ -681,10 +743,9 @@ def engine_generate(
         engine=engine,
         stop=stop,
     )
+    swapping = dict(n_samples=n_samples, version=version, swap=swap)
     if turns is None:
-        return runner.generate(params, prompt_tokens, prompt_mask, rng, n_samples=n_samples)
+        return runner.generate(params, prompt_tokens, prompt_mask, rng, **swapping)
     from rljax.rollout.turns import generate_turns  # turns builds on this module
 
-    return generate_turns(
-        runner, params, prompt_tokens, prompt_mask, rng, turns, n_samples=n_samples
-    )
+    return generate_turns(runner, params, prompt_tokens, prompt_mask, rng, turns, **swapping)

@@ -54,6 +54,9 @@ class Rollout:
       env_mask: multi-turn episodes only (None otherwise): [N, T] bool, True on the tokens an
         environment appended between the policy's turns (`rljax.rollout.turns`); the policy's
         own tokens are `completion_mask`, disjoint from it.
+      policy_versions: [N, T] int32, the weights' version that sampled each token, from a
+        rollout engine run that took in-flight weight updates (`rljax.rollout.engine`); None
+        otherwise (every token from the one set of weights).
     """
 
     prompt_tokens: jax.Array
@@ -66,6 +69,7 @@ class Rollout:
     cuts_rows: jax.Array | None = None
     routes: jax.Array | None = None
     env_mask: jax.Array | None = None
+    policy_versions: jax.Array | None = None
 
 
 @functools.partial(

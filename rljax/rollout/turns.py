@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from rljax.rollout.engine import Engine, _Outputs, _Run, _Slots
+from rljax.rollout.engine import Engine, WeightSwap, _Outputs, _Run, _Slots
 from rljax.rollout.sampler import Rollout
 
 _MIN_OBSERVATION_BUCKET = 8
@@ -63,7 +63,16 @@ class TurnHandler(Protocol):
     jax.jit, static_argnames=("graphdef", "span"), donate_argnames=("slots", "outputs")
 )
 def _extend(
-    graphdef, params, slots: _Slots, outputs: _Outputs, slot_ids, tokens, lengths, *, span: int
+    graphdef,
+    params,
+    slots: _Slots,
+    outputs: _Outputs,
+    slot_ids,
+    tokens,
+    lengths,
+    version,
+    *,
+    span: int,
 ) -> tuple[_Slots, _Outputs]:
     """Appends the first `lengths` [M] of `tokens` [M, O] to the sequences of slots `slot_ids`
     [M] (KV and output row, as environment tokens) and resumes them; out-of-range slot ids
@@ -111,6 +120,7 @@ def _extend(
     slots = slots.replace(
         cache=cache,
         logits=put(slots.logits, model.logits(last)),
+        version=put(slots.version, version),
         t=put(slots.t, t + lengths),
         live=put(slots.live, True),
     )
@@ -122,8 +132,18 @@ class _TurnRun(_Run):
 
     PER_SLOT = (*_Run.PER_SLOT, "waiting")
 
-    def __init__(self, engine: Engine, params, *prompts, rng, n_samples, handler: TurnHandler):
-        super().__init__(engine, params, *prompts, rng, n_samples)
+    def __init__(
+        self,
+        engine: Engine,
+        params,
+        *prompts,
+        rng,
+        n_samples,
+        handler: TurnHandler,
+        version: int = 0,
+        swap: WeightSwap | None = None,
+    ):
+        super().__init__(engine, params, *prompts, rng, n_samples, version, swap)
         self.handler = handler
         self.waiting = np.zeros(self.n_slots, bool)  # slots whose row waits on its environment
         n = len(self.prompt_tokens) * n_samples
@@ -219,6 +239,7 @@ class _TurnRun(_Run):
             jnp.asarray(slot_ids),
             jnp.asarray(tokens),
             jnp.asarray(lengths),
+            jnp.int32(self.version),
             span=span,
         )
         live, index = jax.device_get((self.slots.live, self.slots.cache.index))
@@ -238,10 +259,21 @@ def generate_turns(
     *,
     n_samples: int = 1,
     max_new_tokens=None,
+    version: int = 0,
+    swap: WeightSwap | None = None,
 ) -> Rollout:
-    """Multi-turn episodes by `engine`: as `Engine.generate` (same arguments, rows, keys and
-    budgets), with each row continued across turns by `handler`; the `Rollout` carries
-    `env_mask`. Row i * n_samples + g answers prompt i."""
+    """Multi-turn episodes by `engine`: as `Engine.generate` (same arguments, rows, keys,
+    budgets and in-flight weight updates), with each row continued across turns by `handler`;
+    the `Rollout` carries `env_mask`. Row i * n_samples + g answers prompt i."""
     prompts = engine.check_prompts(prompt_tokens, prompt_mask, n_samples, max_new_tokens)
-    run = _TurnRun(engine, params, *prompts, rng=rng, n_samples=n_samples, handler=handler)
+    run = _TurnRun(
+        engine,
+        params,
+        *prompts,
+        rng=rng,
+        n_samples=n_samples,
+        handler=handler,
+        version=version,
+        swap=swap,
+    )
     return run.drain()

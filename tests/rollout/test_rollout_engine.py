@@ -439,6 +439,64 @@ def test_cuts_rows_and_logprobs():
 # --- errors -----------------------------------------------------------------------------
 
 
+# --- in-flight weight updates ----------------------------------------------------------
+
+
+def test_weight_swap_between_decode_calls_stamps_each_tokens_version(model):
+    """Weights A (version 3) prefill and decode the first round; the swap hands over B
+    (version 4) before the second. A token records the version whose logits it was sampled
+    from: tokens stamped 3 score as teacher forcing under A, the rows of prompts prefilled
+    after the swap as teacher forcing under B, and rows decoding across it record both (a
+    partial rollout: B continues on A's cache)."""
+    graphdef, params_a = model
+    _, params_b = random_params(CONFIG, seed=9, scale=0.5)
+    polls = []
+
+    def swap():
+        polls.append(len(polls))
+        return (4, params_b) if len(polls) == 2 else None
+
+    engine = _engine(SAMPLED, SMALL, SAMPLED_EOS)
+    out, log = _record(engine, params_a, jax.random.key(5), version=3, swap=swap)
+    assert len(polls) > 2  # polled before every round, and kept B after the swap
+    versions, mask = np.asarray(out.policy_versions), out.completion_mask
+    first_round = log["admitted"][0]
+    prefilled_by_a = {row // G for row in first_round}  # prompts prefilled before the swap
+    for row in range(len(mask)):
+        stamps = versions[row][mask[row]]
+        assert set(stamps.tolist()) <= {3, 4} and (np.diff(stamps) >= 0).all(), row
+        n_a = int((stamps == 3).sum())
+        if row in first_round:  # the first call's tokens and the one sampled from its logits
+            assert 1 <= n_a <= SMALL.decode_steps + 1, (row, stamps)
+        elif row // G in prefilled_by_a:  # admitted later from A's prefix: its first token
+            assert n_a == 1, (row, stamps)
+        else:
+            assert n_a == 0, (row, stamps)
+    crossing = [r for r in first_round if (mask[r] & (versions[r] == 4)).any()]
+    assert crossing, "no row decoded across the swap"
+
+    def teacher_forced(params):
+        logits = teacher_forced_logits(graphdef, params, out)
+        return np.asarray(take(jax.nn.log_softmax(logits, axis=-1), out.completion_tokens))
+
+    under_a, under_b = teacher_forced(params_a), teacher_forced(params_b)
+    by_a = mask & (versions == 3)
+    np.testing.assert_allclose(out.policy_logprobs[by_a], under_a[by_a], atol=1e-5)
+    by_b = np.asarray([row // G not in prefilled_by_a for row in range(len(mask))])
+    assert by_b.any()
+    np.testing.assert_allclose(
+        out.policy_logprobs[by_b][mask[by_b]], under_b[by_b][mask[by_b]], atol=1e-5
+    )
+    # The crossing rows' late tokens came from B on A's cache: not A's log-probs.
+    late = np.zeros_like(mask)
+    late[crossing] = True
+    late &= mask & (versions == 4)
+    assert not np.allclose(out.policy_logprobs[late], under_a[late], atol=1e-3)
+    # Without a swap nothing is recorded.
+    plain, _ = _record(engine, params_a, jax.random.key(5))
+    assert plain.policy_versions is None
+
+
 @pytest.mark.parametrize(
     "field,value,match",
     [
