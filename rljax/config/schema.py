@@ -357,6 +357,13 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
             "(0: synchronous)",
             min=0,
         ),
+        "overlap": Key(
+            "off",
+            "asynchronous RL: a sampler thread runs up to max_staleness batches ahead of the "
+            'trainer ("free": newest weights, swapped in mid-rollout on the engine; '
+            '"deterministic": the ordered max_staleness schedule, equal to it bit for bit)',
+            choices=("off", "free", "deterministic"),
+        ),
         "max_consecutive_skips": Key(
             5,
             "non-finite updates are skipped (guard/skipped); this many in a row stop the run",

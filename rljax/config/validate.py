@@ -76,6 +76,7 @@ _CAUSAL_ONLY = {
     "train.microbatches": 1,
     "train.pack_ratio": 0.0,
     "train.max_staleness": 0,
+    "train.overlap": "off",
     "mesh.sampler_devices": 0,
 }
 

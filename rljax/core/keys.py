@@ -100,6 +100,7 @@ AGENT_ID = extra("agent_id")
 DIMENSION_WEIGHTS = extra("dimension_weights")
 REWARD_COMPONENTS = extra("reward_components")
 POLICY_VERSION = extra("policy_version")
+POLICY_VERSION_LAST = extra("policy_version_last")
 ENV_MASK = extra("env_mask")
 TURN_REWARDS = extra("turn_rewards")
 NUM_TURNS = extra("num_turns")
@@ -161,7 +162,14 @@ KEYS: dict[str, KeyInfo] = {
     SEQUENCE_ADVANTAGE: KeyInfo(
         "[B] f32", "advantages chosen on the host (UEC-RL's driver)", COLLECTOR
     ),
-    POLICY_VERSION: KeyInfo("[B] int32", "the policy step that sampled each row", COLLECTOR),
+    POLICY_VERSION: KeyInfo(
+        "[B] int32", "the policy version (trainer step) that sampled each row", COLLECTOR
+    ),
+    POLICY_VERSION_LAST: KeyInfo(
+        "[B] int32",
+        "the newest policy version in each row (a partial rollout's swaps; else policy_version)",
+        COLLECTOR,
+    ),
     # Multi-turn episodes (`rljax.advantages.turns`).
     ENV_MASK: KeyInfo(
         "[B, T] bool",

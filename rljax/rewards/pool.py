@@ -212,7 +212,8 @@ class _Worker:
 
 class RewardPool:
     """Persistent workers that score reward calls with per-call deadlines (module docstring);
-    one caller at a time.
+    callers on several threads (an overlapped run's sampler, the trainer's evaluation) take
+    turns.
 
     Args:
       kind: "process" or "thread".
@@ -234,6 +235,7 @@ class RewardPool:
         # reward fn -> (index, what workers get: it or its pickle, the fn kept alive)
         self._fns: dict[Any, tuple[int, Any, Callable]] = {}
         self._count = 0
+        self._turn = threading.Lock()  # one `map` at a time
         self.closed = False
 
     def __enter__(self) -> RewardPool:
@@ -280,6 +282,16 @@ class RewardPool:
         batched: bool = False,
     ) -> list[list[Outcome]]:
         """Outcomes of every chunk of (prompt, completion, answer) rows, `timeout_s` per call."""
+        with self._turn:
+            return self._map(fn, chunks, timeout_s, batched)
+
+    def _map(
+        self,
+        fn: RewardFn | BatchedRewardFn,
+        chunks: list[list[tuple[str, str, str]]],
+        timeout_s: float | None,
+        batched: bool,
+    ) -> list[list[Outcome]]:
         if self.closed:
             raise ValueError("this RewardPool is closed; make a new one")
         index, entry = self._entry(fn)
@@ -387,14 +399,16 @@ class RewardPool:
 
 
 _SHARED: dict[tuple[str, int], RewardPool] = {}
+_SHARED_LOCK = threading.Lock()
 
 
 def shared_pool(kind: str, workers: int) -> RewardPool:
     """The process's pool of `kind` with `workers` workers, made on first use and reused."""
-    pool = _SHARED.get((kind, workers))
-    if pool is None or pool.closed:
-        pool = _SHARED[(kind, workers)] = RewardPool(kind, workers)
-    return pool
+    with _SHARED_LOCK:
+        pool = _SHARED.get((kind, workers))
+        if pool is None or pool.closed:
+            pool = _SHARED[(kind, workers)] = RewardPool(kind, workers)
+        return pool
 
 
 def close_shared_pools() -> None:

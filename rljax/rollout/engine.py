@@ -314,7 +314,8 @@ def _take_slots(slots: _Slots, keep: jax.Array) -> _Slots:
         index=take(cache.index),
     )
     rest = {
-        f: take(getattr(slots, f)) for f in (
+        f: take(getattr(slots, f))
+        for f in (
             "logits",
             "row",
             "t",

@@ -2,12 +2,14 @@
 
 RolloutDraw -> WithFeedback (prompt_selection) -> WithRescue (lope) -> WithGreedyBaseline
 (an algorithm that reads `baseline_reward`) -> GroupCollector (refill, staleness, sampler
-devices) -> ReplayCollector (replay);   UEC-RL: UECCollector.
+devices) -> ReplayCollector (replay);   UEC-RL: UECCollector;   train.overlap: the
+GroupCollector's draws on a sampler thread (OverlappedCollector).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -51,6 +53,7 @@ from rljax.train.episodes import (
     is_episodic,
 )
 from rljax.train.fresh_replay import ReplayCollector
+from rljax.train.overlap import OverlappedCollector, check_overlap, copy_on_trainer
 from rljax.train.sampler_mesh import SamplerDevices
 from rljax.train.staleness import SamplerPolicy
 from rljax.train.steps import RolloutConfig, Steps, make_steps
@@ -86,6 +89,7 @@ def build_collector(
       ValueError: for combinations the collectors do not support, naming the keys.
     """
     t, r, n = config.train, config.rollout, config.rollout.n_samples
+    check_overlap(config, task, algorithm)
     if is_episodic(task):
         return build_episode_collector(
             config, task, tokenizer, data, algorithm, steps, graphdef, state
@@ -129,13 +133,15 @@ def build_collector(
             scorer=scorer,
         )
     devices, rollout_mesh, rollout = None, mesh, steps.rollout
-    if sampler_devices:  # the sampler on its own devices; weights resharded every step
+    # The sampler on its own devices (weights resharded every step), or an overlapped run's
+    # sampler on the trainer's mesh (its rollout reads a copy of the sampler's view only).
+    if sampler_devices or t.overlap != "off":
         devices = SamplerDevices(
             graphdef,
             optimizer,
             algorithm,
             build_rollout_config(config, tokenizer),
-            make_mesh(-1, devices=jax.devices()[:sampler_devices]),
+            make_mesh(-1, devices=jax.devices()[:sampler_devices]) if sampler_devices else mesh,
             state.params,
         )
         rollout_mesh, rollout = devices.mesh, devices.steps.rollout
@@ -160,6 +166,16 @@ def build_collector(
         greedy = greedy_decoder(graphdef, config, tokenizer)
         draw = WithGreedyBaseline(draw, greedy, task, tokenizer, scorer)
     draw = with_teacher(draw, config, tokenizer, algorithm)
+    if t.overlap != "off":  # the draws on a sampler thread; it versions and places the weights
+        return OverlappedCollector(
+            GroupCollector(draw, n, None, r.max_refill_rounds, components),
+            staleness,
+            t.overlap == "deterministic",
+            (lambda state: devices.reshard(state)[0]) if sampler_devices else copy_on_trainer,
+            in_flight=r.engine == "continuous",
+            steps=t.steps,
+            timeline_path=os.path.join(config.run_dir, "timeline.jsonl"),
+        )
     collector: Collector = GroupCollector(
         draw, n, SamplerPolicy(staleness, devices), r.max_refill_rounds, components
     )
@@ -301,13 +317,14 @@ def with_teacher(draw: Any, config: ConfigDict, tokenizer: Tokenizer, algorithm:
 
 
 def sharded_rollout(rollout: Callable[..., Rollout], mesh: Mesh) -> Callable[..., Rollout]:
-    """`rollout(state, tokens, mask, attempt)` on this process's prompt rows -> this process's
-    sample rows, the batch split over the mesh's batch axes (one program on every process)."""
+    """`rollout(state, tokens, mask, attempt, **options)` on this process's prompt rows -> this
+    process's sample rows, the batch split over the mesh's batch axes (one program on every
+    process); `options` (the engine's `in_flight`) pass through."""
     rows = PartitionSpec(DEFAULT_RULES["batch"])
 
-    def run(state: TrainState, tokens, mask, attempt: int = 0) -> Rollout:
+    def run(state: TrainState, tokens, mask, attempt: int = 0, **options) -> Rollout:
         tokens, mask = to_global((np.asarray(tokens), np.asarray(mask)), mesh, rows)
-        return to_local(rollout(state, tokens, mask, attempt), mesh, rows)
+        return to_local(rollout(state, tokens, mask, attempt, **options), mesh, rows)
 
     return run
 

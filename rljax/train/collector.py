@@ -151,6 +151,16 @@ class GroupCollector:
         """One batch of `G x prompts` rows: host metrics of the kept rows (reward, accuracy,
         lengths), reward-function failures, refill counts and the draw hooks' metrics."""
         policies, metrics = self.policy.for_step(state)
+        collection = self.draw_batch(policies, step)
+        batch = collection.fresh[0]
+        if self.policy.stale.max_staleness:  # the sampler's policy version, per sample
+            version = np.full(len(batch), int(state.step) - policies.lag, np.int32)
+            batch = batch.with_rows(policy_version=version)
+        return Collection([batch], [], {**metrics, **collection.metrics})
+
+    def draw_batch(self, policies: Policies, step: int) -> Collection:
+        """`collect`'s batch and metrics, sampled with `policies` (an overlapped run's sampler
+        thread calls this with its own, `rljax.train.overlap`)."""
         draw = functools.partial(self.draw, policies, step)
         batch, drawn = refill(draw, self.max_refill_rounds, self.group_size)
         rows = batch.rows
@@ -163,12 +173,7 @@ class GroupCollector:
         host = {**others, **host, **failures}
         if jax.process_count() > 1:  # this process's rows -> statistics of the whole batch
             host = global_host_metrics(host, batch)
-        if self.policy.stale.max_staleness:  # the sampler's policy version, per sample
-            version = np.full(len(batch), int(state.step) - policies.lag, np.int32)
-            batch = batch.with_rows(policy_version=version)
-        metrics.update(host)
-        metrics.update(self.draw.step_metrics())
-        return Collection([batch], [], metrics)
+        return Collection([batch], [], {**host, **self.draw.step_metrics()})
 
     def state(self) -> dict[str, Any]:
         return {"sampler": self.policy.state()} if self.policy.stale.max_staleness else {}

@@ -91,12 +91,14 @@ class RolloutDraw:
     def __call__(self, policies: Policies, step: int, attempt: int) -> Drawn:
         del step  # the rollout's key comes from the state's step and the attempt
         prompts = next(self.data)
+        in_flight = {} if policies.in_flight is None else {"in_flight": policies.in_flight}
         out, rollout_s = timed(
             self.rollout,
             policies.sampler,
             prompts["prompt_tokens"],
             prompts["prompt_mask"],
             attempt,
+            **in_flight,
         )
         start, g, token_rewards = time.perf_counter(), self.group_size, None
         completions = (self.task, self.tokenizer, prompts, out.completion_tokens)

@@ -47,7 +47,7 @@ SEQUENCE_FIELDS = ("routes",)
 # top-k token ids) and booleans
 # (the environment tokens of multi-turn episodes, `rljax.core.batch.context_mask`); the
 # others are float32.
-_INT_EXTRAS = ("routes", "policy_version", "teacher_topk_ids")
+_INT_EXTRAS = ("routes", "policy_version", "policy_version_last", "teacher_topk_ids")
 _BOOL_EXTRAS = ("env_mask",)
 
 
@@ -109,6 +109,12 @@ class HostBatch:
             rows["routes"] = np.asarray(out.routes)
         if out.env_mask is not None:  # multi-turn episodes: the observations' tokens
             rows["env_mask"] = np.asarray(out.env_mask)
+        if out.policy_versions is not None:  # a partial rollout: its oldest and newest version
+            versions, mask = np.asarray(out.policy_versions), np.asarray(out.completion_mask)
+            first = versions[:, 0]  # rows without tokens: the version they started with
+            oldest = np.where(mask, versions, np.iinfo(np.int32).max).min(1)
+            rows["policy_version"] = np.where(mask.any(1), oldest, first)
+            rows["policy_version_last"] = np.where(mask, versions, first[:, None]).max(1)
         return cls(rows, group_size)
 
     @classmethod

@@ -43,6 +43,7 @@ from rljax.train.faults import maybe_kill, maybe_poison
 from rljax.train.guard import SkipGuard, check_warm_start, tensor_names
 from rljax.train.host_batch import HostBatch
 from rljax.train.kinds import policy_kind
+from rljax.train.overlap import OverlappedCollector, check_overlap
 from rljax.train.padding import trim_padding, used_widths
 from rljax.train.prompts import Prompts, train_prompts
 from rljax.train.run_dir import RunDir
@@ -90,6 +91,7 @@ def _train(
     params = shard_params(params, mesh)
     algorithm = kind.build_algorithm(config, model_config)
     reward_component_names(config, task, algorithm)  # its config errors before the warm start
+    check_overlap(config, task, algorithm)
     optimizer = build_optimizer(t)
 
     # A full disk: one DiskFull after everything below is closed (hence entered first).
@@ -152,6 +154,8 @@ def _train(
     collector = kind.build_collector(
         config, task, tokenizer, data, algorithm, graphdef, optimizer, mesh, state, steps
     )
+    if isinstance(collector, OverlappedCollector):  # its sampler thread stops with the run
+        opened.callback(collector.close)
     if wrap_collector is not None:
         collector = wrap_collector(collector)
     if start and collector.state():  # a collector with host state: buffers, queues
@@ -193,6 +197,12 @@ def _train(
         means = {k: float(np.mean([m[k] for m in learned])) for k in learned[0]} if learned else {}
         return state, means
 
+    def save(step: int, state: TrainState) -> None:
+        """Starts a checkpoint; the collector's state first (an overlapped sampler pauses at
+        a batch boundary there, so the data iterator's state matches its queue)."""
+        driver = collector.state() or None
+        checkpointer.save(step, state, data.get_state(), driver)
+
     bar = tqdm(
         range(start, t.steps),
         desc=config.algorithm.name,
@@ -230,7 +240,7 @@ def _train(
             saving = done % t.checkpoint_every == 0 or done == t.steps
             if saving:  # asynchronous: the time the loop waits for the write to start
                 start_save = time.perf_counter()
-                checkpointer.save(done, state, data.get_state(), collector.state() or None)
+                save(done, state)
                 metrics["time/checkpoint_s"] = time.perf_counter() - start_save
             log(done, metrics)
             shown = {k: records[-1][k] for k in ("reward/mean", "entropy") if k in records[-1]}
@@ -242,7 +252,7 @@ def _train(
             signum = stop_signal(stop)
             if signum is not None and done < t.steps:
                 if not saving:
-                    checkpointer.save(done, state, data.get_state(), collector.state() or None)
+                    save(done, state)
                 checkpointer.wait()
                 raise Stopped(signum, done)
     checkpointer.wait()

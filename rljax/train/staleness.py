@@ -9,6 +9,7 @@ of the checkpoint, so a resumed run samples with the same parameters as an unint
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -72,6 +73,19 @@ def _as_list(leaves: Any) -> list[np.ndarray]:
     return list(leaves)
 
 
+class InFlight(NamedTuple):
+    """Newer weights for a rollout under way (asynchronous RL's in-flight weight update).
+
+    Attributes:
+      version: the policy version of the state the rollout starts with.
+      newer: polled between the rollout engine's decode calls: (version, the sampler's state
+        of that version) to decode the rest with, or None to keep the current one.
+    """
+
+    version: int
+    newer: Callable[[], tuple[int, TrainState] | None]
+
+
 class Policies(NamedTuple):
     """The train states a step's collection reads.
 
@@ -81,12 +95,15 @@ class Policies(NamedTuple):
         staleness), on the trainer's mesh.
       sampler: `behaviour` where the sampler runs (its own devices, or `behaviour` itself).
       lag: how many versions `behaviour` is behind `current`.
+      in_flight: newer weights the sampler may swap in mid-rollout (overlapped runs on the
+        rollout engine), or None.
     """
 
     current: TrainState
     behaviour: TrainState
     sampler: TrainState
     lag: int = 0
+    in_flight: InFlight | None = None
 
 
 class SamplerPolicy:

@@ -289,8 +289,18 @@ def make_steps(
         """The rollout step run by the engine: jitted weights and key, host-scheduled
         decoding, the result placed as `rows` (None: where the engine left it)."""
 
-        def run(state: TrainState, prompt_tokens, prompt_mask, attempt=0, turns=None) -> Rollout:
+        def run(
+            state: TrainState, prompt_tokens, prompt_mask, attempt=0, turns=None, in_flight=None
+        ) -> Rollout:
             params, key = jitted_inputs(state, attempt)
+            swap = dict(version=0, swap=None)
+            if in_flight is not None:  # newer states' sampling weights, between decode calls
+
+                def newer():
+                    found = in_flight.newer()
+                    return None if found is None else (found[0], jitted_inputs(found[1], 0)[0])
+
+                swap = dict(version=in_flight.version, swap=newer)
             out = engine_generate(
                 graphdef,
                 params,
@@ -301,6 +311,7 @@ def make_steps(
                 extra_eos_ids=rc.extra_eos_ids,
                 stop=rc.stop,
                 turns=turns,
+                **swap,
                 **sample_args,
             )
             return out if rows is None else jax.device_put(out, rows)

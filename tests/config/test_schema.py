@@ -148,6 +148,7 @@ ADDED_SINCE = {
     "teacher.run_dir": "",
     "teacher.step": -1,
     "teacher.top_k": 0,
+    "train.overlap": "off",
 }
 # Keys added with the diffusion policy on the driver (model.kind; the others are read by a
 # model.kind="diffusion" run only), at their defaults in a causal recipe.
