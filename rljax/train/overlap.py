@@ -359,6 +359,8 @@ def check_overlap(config: ConfigDict, task: Task, algorithm: Any) -> None:
         or getattr(algorithm, "greedy_baseline", False),
         "task.name": is_episodic(task),
         "model.kind": config.model.kind != "causal",
+        # The sampler's copy would need the frozen base (once) beside the adapters (each step).
+        "lora.rank": config.lora.rank != 0,
         "--num_processes": jax.process_count() > 1,
     }
     unsupported = [key for key, on in off.items() if on]

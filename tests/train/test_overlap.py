@@ -236,6 +236,7 @@ def test_close_ends_an_in_flight_rollout():
         ({"train.max_staleness": 0}, "needs train.max_staleness >= 1"),
         ({"replay.name": "fresh_per"}, r"does not support \['replay.name'\]"),
         ({"lope.num_perturbed": 2}, r"does not support \['lope.num_perturbed'\]"),
+        ({"lora.rank": 4}, r"does not support \['lora.rank'\]"),
     ],
 )
 def test_unsupported_overlaps_raise(change, match):
