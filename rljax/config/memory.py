@@ -51,9 +51,10 @@ def rollout_bytes(config: ConfigDict, model: TransformerConfig) -> tuple[int, in
 
 def available_bytes() -> tuple[int, str]:
     """(bytes, "who has them") of the memory the run's arrays can use: the accelerators' limits
-    (jax's memory_stats), or the host's physical memory for CPU devices, which share it."""
+    (jax's memory_stats of this process's first device: another process's devices have
+    none), or the host's physical memory for CPU devices, which share it."""
     devices = jax.devices()
-    limit = (devices[0].memory_stats() or {}).get("bytes_limit")
+    limit = (jax.local_devices()[0].memory_stats() or {}).get("bytes_limit")
     if limit:
         return int(limit) * len(devices), f"the {len(devices)} {devices[0].platform} device(s) have"
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "the host has"

@@ -352,12 +352,11 @@ def check_multi_process(config: ConfigDict) -> None:
     """What a multi-process run supports so far, checked before anything is compiled.
 
     Every jitted step is one program across all processes, so each must call it in lockstep;
-    features that decide on host-local data whether to sample or score again (refill, LoPE,
-    UEC-RL's exploration, DARE's rescoring, replay) would not, and ReMax's greedy decoder is
-    not placed on the global mesh yet.
+    features that decide on host-local data whether to sample or score again (LoPE, UEC-RL's
+    exploration, DARE's rescoring, replay) would not (DAPO's refill decides on every
+    process's counts), and ReMax's greedy decoder is not placed on the global mesh yet.
     """
     off = {
-        "rollout.max_refill_rounds": config.rollout.max_refill_rounds != 0,
         "prompt_selection.name": config.prompt_selection.name != "none",
         "replay.name": config.replay.name != "none",
         "lope.num_perturbed": config.lope.num_perturbed != 0,

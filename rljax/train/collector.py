@@ -78,6 +78,11 @@ def refill(
     `max_refill_rounds` extra draws; if still short, all-equal groups fill the rest and the
     dynamic-sampling transform masks them out). 0 rounds keeps the first draw as it is.
 
+    With several processes each draws its own rows, and whether to draw again is decided on
+    the counts of all of them (one small allgather per round), so every process calls the
+    rollout as often as the others; each then fills its rows from its own draws (a process
+    short of informative groups takes all-equal ones even when another has spare).
+
     Args:
       draw: `attempt -> Drawn` (attempt 0 is the step's first draw).
       max_refill_rounds: extra draws allowed (>= 0).
@@ -109,7 +114,8 @@ def refill(
         kept.append(rows.take_groups(good))
         spare.append(rows.take_groups(~good))
         metrics["refill/rounds"] = float(attempt)
-        if sum(k.num_groups for k in kept) >= wanted:
+        have = allgather(np.asarray([[sum(k.num_groups for k in kept), wanted]])).sum(0)
+        if have[0] >= have[1]:  # every process's informative groups against all it wants
             break
     batch = HostBatch.concat(kept)
     short = wanted - batch.num_groups
@@ -185,11 +191,13 @@ class GroupCollector:
 
 def global_host_metrics(local: dict[str, float], batch: HostBatch) -> dict[str, float]:
     """Host metrics of the whole batch from every process's rows: reward/accuracy/length
-    statistics recomputed over all rows, reward-failure counts summed, the rest averaged."""
+    statistics recomputed over all rows, counts (reward failures, refill's short groups)
+    summed, the rest averaged."""
     keys = sorted(local)
     values = allgather(np.asarray([[float(local[k]) for k in keys]], np.float64))
+    summed = lambda k: k.startswith("reward/failures_") or k == "refill/short_groups"  # noqa: E731
     out = {
-        k: float(values[:, i].sum() if k.startswith("reward/failures_") else values[:, i].mean())
+        k: float(values[:, i].sum() if summed(k) else values[:, i].mean())
         for i, k in enumerate(keys)
     }
     rewards = allgather(np.asarray(batch.rows["rewards"]))

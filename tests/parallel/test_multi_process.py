@@ -38,6 +38,9 @@ FLAGS = [
     "--config.train.checkpoint_every=1",
     "--config.train.eval_every=3",
     "--config.train.minibatches=2",
+    # Multi-process runs sample with the static sampler (the engine schedules one process's
+    # rows); one process must too, or the two draw different samples.
+    "--config.rollout.engine=static",
 ]
 
 
@@ -71,25 +74,7 @@ def free_port():
 
 @pytest.mark.slow  # ~60 s on 2 cores: run with -m slow (the default suite is at its time budget)
 def test_two_processes_match_one_process_with_the_same_devices(tmp_path):
-    finish(start(tmp_path / "start", 8, "--config.train.steps=1"))
-    for name in ("single", "multi"):
-        shutil.copytree(tmp_path / "start", tmp_path / name)
-    single = start(tmp_path / "single", 8, "--config.train.steps=3")
-    address = f"localhost:{free_port()}"
-    workers = [
-        start(
-            tmp_path / "multi",
-            4,
-            "--config.train.steps=3",
-            f"--coordinator_address={address}",
-            "--num_processes=2",
-            f"--process_id={i}",
-        )
-        for i in range(2)
-    ]
-    for proc in (single, *workers):
-        finish(proc)
-    a, b = records(tmp_path / "single"), records(tmp_path / "multi")  # only process 0 writes
+    a, b = two_processes(tmp_path)  # only process 0 writes metrics
     assert sorted(a) == sorted(b) and max(a) == 3
     assert a[3]["grad_norm"] > 0 and 0 < a[3]["reward/mean"] < 1  # real updates
     for step in (2, 3):  # after the restore
@@ -97,6 +82,44 @@ def test_two_processes_match_one_process_with_the_same_devices(tmp_path):
         for key, value in a[step].items():
             # Different summation order in the collectives: float32 rounding, e.g. the
             # |sampler - trainer| log-prob gaps of ~2e-7 differ by ~3e-8.
-            np.testing.assert_allclose(b[step][key], value, rtol=1e-5, atol=1e-6, err_msg=key)
+            np.testing.assert_allclose(
+                b[step][key], value, rtol=1e-5, atol=1e-6, err_msg=f"step {step}: {key}"
+            )
     kept = [sorted(os.listdir(tmp_path / name / "checkpoints")) for name in ("single", "multi")]
     assert kept[0] == kept[1] == ["2", "3"]  # train.max_checkpoints=2, written by both
+
+
+def two_processes(tmp_path, *extra, steps=3):
+    """One process with 8 devices and two with 4 each, from the same 1-step checkpoint."""
+    finish(start(tmp_path / "start", 8, "--config.train.steps=1", *extra))
+    for name in ("single", "multi"):
+        shutil.copytree(tmp_path / "start", tmp_path / name)
+    single = start(tmp_path / "single", 8, f"--config.train.steps={steps}", *extra)
+    address = f"localhost:{free_port()}"
+    workers = [
+        start(
+            tmp_path / "multi",
+            4,
+            f"--config.train.steps={steps}",
+            f"--coordinator_address={address}",
+            "--num_processes=2",
+            f"--process_id={i}",
+            *extra,
+        )
+        for i in range(2)
+    ]
+    for proc in (single, *workers):
+        finish(proc)
+    return records(tmp_path / "single"), records(tmp_path / "multi")
+
+
+@pytest.mark.slow  # ~60 s on 2 cores
+def test_dapo_refill_runs_in_lockstep_on_two_processes(tmp_path):
+    """Whether to draw again is decided on both processes' counts: the run finishes (no
+    process waits in a rollout the other skipped), and from the same parameters it draws as
+    many rounds as one process with the same devices."""
+    a, b = two_processes(tmp_path, "--config.rollout.max_refill_rounds=3")
+    assert sorted(a) == sorted(b) and max(a) == 3
+    assert max(a[s]["refill/rounds"] for s in (2, 3)) >= 1  # refill really drew again
+    for key in ("refill/rounds", "refill/informative_frac", "refill/short_groups"):
+        np.testing.assert_allclose(b[2][key], a[2][key], rtol=1e-6, err_msg=key)
