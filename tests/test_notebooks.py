@@ -16,9 +16,15 @@ SMALL = {
 }
 
 
-# The default suite runs the short tutorials; these four (a minute or more each, compiling
-# several engines) run with `make test-slow`.
-SLOW = {"agent_episode.ipynb", "mxfp4_rl.ipynb", "entropy_schedules.ipynb", "diffusion_rl.ipynb"}
+# The default suite runs the quickstart; these (a minute or more each, compiling several
+# engines or training two recipes) run with `make test-slow`.
+SLOW = {
+    "agent_episode.ipynb",
+    "mxfp4_rl.ipynb",
+    "entropy_schedules.ipynb",
+    "diffusion_rl.ipynb",
+    "custom_transform.ipynb",
+}
 
 
 @pytest.mark.parametrize(

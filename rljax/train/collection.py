@@ -53,7 +53,7 @@ from rljax.train.episodes import (
     is_episodic,
 )
 from rljax.train.fresh_replay import ReplayCollector
-from rljax.train.overlap import OverlappedCollector, check_overlap, copy_on_trainer
+from rljax.train.overlap import CopyOnTrainer, OverlappedCollector, check_overlap
 from rljax.train.sampler_mesh import SamplerDevices
 from rljax.train.staleness import SamplerPolicy
 from rljax.train.steps import RolloutConfig, Steps, make_steps
@@ -143,6 +143,7 @@ def build_collector(
             build_rollout_config(config, tokenizer),
             make_mesh(-1, devices=jax.devices()[:sampler_devices]) if sampler_devices else mesh,
             state.params,
+            None if sampler_devices else state.base,
         )
         rollout_mesh, rollout = devices.mesh, devices.steps.rollout
     components = reward_component_names(config, task, algorithm)
@@ -171,7 +172,7 @@ def build_collector(
             GroupCollector(draw, n, None, r.max_refill_rounds, components),
             staleness,
             t.overlap == "deterministic",
-            (lambda state: devices.reshard(state)[0]) if sampler_devices else copy_on_trainer,
+            (lambda state: devices.reshard(state)[0]) if sampler_devices else CopyOnTrainer(),
             in_flight=r.engine == "continuous",
             steps=t.steps,
             timeline_path=os.path.join(config.run_dir, "timeline.jsonl"),

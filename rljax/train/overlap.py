@@ -11,7 +11,8 @@ updates, and batch i is the batch step i learns from (with version i).
 - Weight handoff: every step the trainer publishes its parameters device to device: resharded
   onto the sampler's mesh (`mesh.sampler_devices`), or copied on the trainer's devices (the
   update donates its buffers). Only the sampler's view (params, step, key) moves; no host
-  staging. Timed as `overlap/handoff_s` and `overlap/handoff_gb_per_s`.
+  staging; under LoRA only the adapters (the frozen base is copied once). Timed as
+  `overlap/handoff_s` and `overlap/handoff_gb_per_s`.
 - "free": batch i samples with the newest published version and, on the rollout engine, takes
   newer ones between decode calls (partial rollouts; rows record their oldest and newest
   version as `policy_version` and `policy_version_last`). "deterministic": batch i samples
@@ -331,10 +332,19 @@ def _loaded(saved: dict[str, Any]) -> _Drawn:
     return _Drawn(Collection([batch], [], metrics), int(saved["version"]), 0.0, 0.0)
 
 
-def copy_on_trainer(state: TrainState) -> TrainState:
-    """The sampler's view of `state` copied on the trainer's devices (the sampler shares the
-    trainer's mesh; the copy survives the update's donation)."""
-    return jax.tree.map(jnp.copy, sampler_view(state))
+class CopyOnTrainer:
+    """The sampler's view of a state copied on the trainer's devices (the sampler shares the
+    trainer's mesh; the copy survives the update's donation). Under LoRA only the adapters are
+    copied each step; the frozen base is copied once and shared by every version."""
+
+    def __init__(self):
+        self.base = None
+
+    def __call__(self, state: TrainState) -> TrainState:
+        if state.base is not None and self.base is None:
+            self.base = jax.tree.map(jnp.copy, state.base)
+        view = jax.tree.map(jnp.copy, sampler_view(state.replace(base=None)))
+        return view.replace(base=self.base)
 
 
 def check_overlap(config: ConfigDict, task: Task, algorithm: Any) -> None:
@@ -359,8 +369,6 @@ def check_overlap(config: ConfigDict, task: Task, algorithm: Any) -> None:
         or getattr(algorithm, "greedy_baseline", False),
         "task.name": is_episodic(task),
         "model.kind": config.model.kind != "causal",
-        # The sampler's copy would need the frozen base (once) beside the adapters (each step).
-        "lora.rank": config.lora.rank != 0,
         "--num_processes": jax.process_count() > 1,
     }
     unsupported = [key for key, on in off.items() if on]

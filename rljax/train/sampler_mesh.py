@@ -20,13 +20,14 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from rljax.algorithms import Algorithm
-from rljax.core.state import TrainState
+from rljax.core.state import FrozenBase, TrainState
 from rljax.parallel.rules import param_shardings, replicated
 from rljax.train.steps import RolloutConfig, Steps, make_steps
 
 
 def sampler_view(state: TrainState) -> TrainState:
-    """The part of a train state that sampling reads: params, step and key."""
+    """The part of a train state that sampling reads: params, step and key (and a LoRA run's
+    frozen base)."""
     return TrainState(
         step=state.step,
         params=state.params,
@@ -34,6 +35,7 @@ def sampler_view(state: TrainState) -> TrainState:
         ref_params=None,
         transform_state=None,
         rng=state.rng,
+        base=state.base,
     )
 
 
@@ -43,7 +45,10 @@ class SamplerDevices:
     Args:
       graphdef, optimizer, algorithm, rollout_config: as for `make_steps`.
       mesh: the sampler's mesh (its own devices).
-      params: the policy parameters (for their logical axes and shapes).
+      params: the policy parameters (for their logical axes and shapes; arrays already on
+        `mesh`, such as an overlapped run's on the trainer's mesh, keep their shardings).
+      base: a LoRA run's frozen base, on `mesh` (LoRA does not take `mesh.sampler_devices`
+        yet), or None.
     """
 
     def __init__(
@@ -54,15 +59,17 @@ class SamplerDevices:
         rollout_config: RolloutConfig,
         mesh: Mesh,
         params: nnx.State,
+        base: FrozenBase | None = None,
     ):
         self.mesh = mesh
         self.shardings = TrainState(
             step=replicated(mesh),
-            params=param_shardings(params, mesh),
+            params=_shardings(params, mesh),
             opt_state=None,
             ref_params=None,
             transform_state=None,
             rng=replicated(mesh),
+            base=None if base is None else _shardings(base, mesh),
         )
         self.steps: Steps = make_steps(
             graphdef,
@@ -78,3 +85,13 @@ class SamplerDevices:
         start = time.perf_counter()
         moved = jax.block_until_ready(jax.device_put(sampler_view(state), self.shardings))
         return moved, time.perf_counter() - start
+
+
+def _shardings(tree, mesh: Mesh):
+    """The shardings of `tree` on `mesh`: its arrays' own when they are already there (a LoRA
+    run's adapters carry no logical axes), else from the parameters' logical axes."""
+    devices = set(mesh.devices.flat)
+    leaves = jax.tree.leaves(tree)
+    if all(isinstance(x, jax.Array) and x.sharding.device_set == devices for x in leaves):
+        return jax.tree.map(lambda x: x.sharding, tree)
+    return param_shardings(tree, mesh)
