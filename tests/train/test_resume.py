@@ -130,10 +130,10 @@ RECIPES = {
 }
 
 
-# The default suite kills GRPO in an update and a checkpoint write, an agent in its rollout
-# and a stale sampler's queue; the other recipes (two minutes each on 2 cores) run with
-# `make test-slow`.
-SLOW = ("lora", "qlora", "samplers", "diffusion", "uec_rl")
+# The default suite kills GRPO in an update and a checkpoint write and an agent in its
+# rollout (an overlapped sampler's queue is resumed in tests/train/test_overlap.py); the
+# other recipes (one to two minutes each on 2 cores) run with `make test-slow`.
+SLOW = ("lora", "qlora", "samplers", "diffusion", "uec_rl", "staleness")
 
 
 @pytest.mark.parametrize(
