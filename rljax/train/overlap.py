@@ -47,9 +47,8 @@ from rljax.train.collector import Collection, GroupCollector
 from rljax.train.episodes import is_episodic
 from rljax.train.host_batch import HostBatch
 from rljax.train.sampler_mesh import sampler_view
-from rljax.train.staleness import InFlight, Policies, _as_list
+from rljax.train.staleness import InFlight, Policies, placed_like
 
-OVERLAP_MODES = ("off", "free", "deterministic")
 # Seconds `close` waits for a sampler that is finishing a rollout it cannot interrupt.
 _CLOSE_TIMEOUT_S = 300.0
 
@@ -107,7 +106,7 @@ class OverlappedCollector:
         self._busy = self._paused = self._closing = False
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
-        self._restored: dict[int, list[np.ndarray]] = {}  # saved versions, placed at collect
+        self._restored: dict[int, Any] = {}  # saved versions' leaves, placed at collect
         self._clock = time.perf_counter()
         self._trained_since: float | None = None  # when the trainer took its last batch
         self._timeline = open(timeline_path, "a") if timeline_path else None  # noqa: SIM115
@@ -127,7 +126,8 @@ class OverlappedCollector:
         began = time.perf_counter()
         if self._trained_since is not None:
             self._event("trainer", index - 1, self._trained_since, began)
-        published = self.place(self._restore_versions(state))
+        self._restore_versions(state)
+        published = self.place(state)
         jax.block_until_ready(published.params)
         handoff_s = time.perf_counter() - began
         self._event("handoff", index, began, began + handoff_s)
@@ -199,7 +199,7 @@ class OverlappedCollector:
         """Restores what `state` saved: the queue, the next batch, the versions."""
         self._next = int(state["next"])
         self._queue = {int(i): _loaded(d) for i, d in state.get("queue", {}).items()}
-        self._restored = {int(v): _as_list(x) for v, x in state.get("versions", {}).items()}
+        self._restored = {int(v): x for v, x in state.get("versions", {}).items()}
 
     def close(self) -> None:
         """Stops the sampler (an in-flight engine rollout ends at its next decode call; a
@@ -286,18 +286,13 @@ class OverlappedCollector:
         for v in [v for v in self._versions if v < keep]:
             del self._versions[v]
 
-    def _restore_versions(self, state: TrainState) -> TrainState:
-        """Publishes the versions a checkpoint saved (placed like `state`'s parameters);
-        returns `state`."""
-        if self._restored:
-            leaves, treedef = jax.tree.flatten(state.params)
-            for v, saved in sorted(self._restored.items()):
-                params = [jax.device_put(x, like.sharding) for x, like in zip(saved, leaves)]
-                placed = self.place(state.replace(params=jax.tree.unflatten(treedef, params)))
-                with self._cond:
-                    self._versions[v] = placed
-            self._restored = {}
-        return state
+    def _restore_versions(self, state: TrainState) -> None:
+        """Publishes the versions a checkpoint saved, placed like `state`'s parameters."""
+        for v, saved in sorted(self._restored.items()):
+            placed = self.place(state.replace(params=placed_like(saved, state.params)))
+            with self._cond:
+                self._versions[v] = placed
+        self._restored = {}
 
     def _event(self, role: str, index: int, start: float, end: float) -> None:
         """One timeline line: `role` ("sampler", "trainer", "handoff") busy on batch `index`."""

@@ -43,12 +43,9 @@ class StalePolicy:
         """(the state to sample with, how many versions older than `state` its params are)."""
         if not self.max_staleness:
             return state, 0
-        if self._restored:  # onto the devices and layout of the run's parameters
-            leaves, treedef = jax.tree.flatten(state.params)
-            for saved in self._restored:
-                placed = [jax.device_put(x, like.sharding) for x, like in zip(saved, leaves)]
-                self.versions.append(jax.tree.unflatten(treedef, placed))
-            self._restored = []
+        for saved in self._restored:  # onto the devices and layout of the run's parameters
+            self.versions.append(placed_like(saved, state.params))
+        self._restored = []
         # A copy: the update donates the state's buffers.
         self.versions.append(jax.tree.map(jnp.copy, state.params))
         while len(self.versions) > self.max_staleness + 1:
@@ -63,14 +60,18 @@ class StalePolicy:
     def load(self, state: dict[str, Any]) -> None:
         """Restores the versions saved by `state` (placed on devices at the next step)."""
         self.versions.clear()
-        self._restored = [list(_as_list(state[k])) for k in sorted(state, key=int)]
+        self._restored = [state[k] for k in sorted(state, key=int)]
 
 
-def _as_list(leaves: Any) -> list[np.ndarray]:
-    """A checkpoint's list of leaves (orbax may hand a list back as a dict keyed "0", "1")."""
-    if isinstance(leaves, dict):
-        return [leaves[k] for k in sorted(leaves, key=int)]
-    return list(leaves)
+def placed_like(saved: Any, params: Any) -> Any:
+    """Parameters saved as a checkpoint's list of leaves (orbax may hand a list back as a dict
+    keyed "0", "1", ...), placed on the devices and in the layout of the live `params`."""
+    if isinstance(saved, dict):
+        saved = [saved[k] for k in sorted(saved, key=int)]
+    leaves, treedef = jax.tree.flatten(params)
+    return jax.tree.unflatten(
+        treedef, [jax.device_put(x, like.sharding) for x, like in zip(saved, leaves, strict=True)]
+    )
 
 
 class InFlight(NamedTuple):
