@@ -15,11 +15,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from absl import logging
 from flax import nnx
-from jax.sharding import Mesh, PartitionSpec
+from jax.sharding import Mesh
 from ml_collections import ConfigDict
 
 from rljax.algorithms import Algorithm
@@ -28,9 +27,8 @@ from rljax.data.selected import SelectedPromptBatches
 from rljax.data.tasks import Task
 from rljax.models.lora import merged_params
 from rljax.models.tokenizer import Tokenizer
-from rljax.parallel.distributed import to_global, to_local
 from rljax.parallel.mesh import make_mesh
-from rljax.parallel.rules import DEFAULT_RULES, mesh_shardings
+from rljax.parallel.rules import mesh_shardings
 from rljax.rollout.sampler import Rollout
 from rljax.rollout.sampling import SamplingParams
 from rljax.train.builders import (
@@ -53,6 +51,7 @@ from rljax.train.episodes import (
     is_episodic,
 )
 from rljax.train.fresh_replay import ReplayCollector
+from rljax.train.lockstep import sharded_rollout, shared_logprobs, shared_rollout
 from rljax.train.overlap import CopyOnTrainer, OverlappedCollector, check_overlap
 from rljax.train.sampler_mesh import SamplerDevices
 from rljax.train.staleness import SamplerPolicy
@@ -119,11 +118,11 @@ def build_collector(
         explore = sampler_steps(
             build_explore_rollout_config(config, tokenizer, algorithm.collection)
         )
-        return UECCollector(
+        return UECCollector(  # decides on the whole batch: every process reads all prompts
             algorithm.collection,
-            data,
-            steps.rollout,
-            explore.rollout,
+            getattr(data, "batches", data),
+            shared_rollout(steps.rollout, mesh),
+            shared_rollout(explore.rollout, mesh),
             task,
             tokenizer,
             n,
@@ -157,14 +156,16 @@ def build_collector(
         token_level,
         bool(components),
     )
-    if isinstance(data, SelectedPromptBatches):
-        draw = WithFeedback(draw, data, steps.logprobs)
+    logprobs = shared_logprobs(steps.logprobs, mesh)
+    selected = getattr(data, "batches", data)  # a multi-process run's HostRows: the selector
+    if isinstance(selected, SelectedPromptBatches):
+        draw = WithFeedback(draw, selected, logprobs)
     lope = build_lope(config, task, tokenizer, batch_split)
     if lope is not None:
         lope_steps = sampler_steps(build_lope_rollout_config(config, tokenizer, lope.settings))
-        draw = WithRescue(draw, lope, lope_steps.rollout, steps.logprobs)
+        draw = WithRescue(draw, lope, shared_rollout(lope_steps.rollout, mesh), logprobs)
     if algorithm.greedy_baseline:
-        greedy = greedy_decoder(graphdef, config, tokenizer)
+        greedy = shared_rollout(greedy_decoder(graphdef, config, tokenizer), mesh)
         draw = WithGreedyBaseline(draw, greedy, task, tokenizer, scorer)
     draw = with_teacher(draw, config, tokenizer, algorithm)
     if t.overlap != "off":  # the draws on a sampler thread; it versions and places the weights
@@ -227,7 +228,7 @@ def build_episode_collector(
     draw: Any = EpisodeDraw(
         data, steps.rollout, task, tokenizer, config.rollout.n_samples, settings, executor
     )
-    if isinstance(data, SelectedPromptBatches):
+    if isinstance(data, SelectedPromptBatches):  # episodes: one process (checked above)
         draw = WithFeedback(draw, data, steps.logprobs)
     if algorithm.greedy_baseline:
         greedy = SamplingParams(greedy=True)
@@ -317,27 +318,15 @@ def with_teacher(draw: Any, config: ConfigDict, tokenizer: Tokenizer, algorithm:
     return WithTeacher(draw, teacher_scorer(teacher, config.train.vocab_chunk, top_k))
 
 
-def sharded_rollout(rollout: Callable[..., Rollout], mesh: Mesh) -> Callable[..., Rollout]:
-    """`rollout(state, tokens, mask, attempt, **options)` on this process's prompt rows -> this
-    process's sample rows, the batch split over the mesh's batch axes (one program on every
-    process); `options` (the engine's `in_flight`) pass through."""
-    rows = PartitionSpec(DEFAULT_RULES["batch"])
-
-    def run(state: TrainState, tokens, mask, attempt: int = 0, **options) -> Rollout:
-        tokens, mask = to_global((np.asarray(tokens), np.asarray(mask)), mesh, rows)
-        return to_local(rollout(state, tokens, mask, attempt, **options), mesh, rows)
-
-    return run
-
-
 def greedy_decoder(
     graphdef: nnx.GraphDef, config: ConfigDict, tokenizer: Tokenizer
 ) -> Callable[[TrainState, Any, Any], Rollout]:
-    """`(state, prompt_tokens, prompt_mask) -> Rollout`: one greedy completion per prompt, by
-    the run's sampler (`build_decoder`)."""
+    """`(state, prompt_tokens, prompt_mask, attempt=0) -> Rollout`: one greedy completion per
+    prompt, by the run's sampler (`build_decoder`); `attempt` is ignored."""
     run = build_decoder(graphdef, config, tokenizer)
 
-    def decode(state: TrainState, tokens, mask) -> Rollout:
+    def decode(state: TrainState, tokens, mask, attempt: int = 0) -> Rollout:
+        del attempt  # greedy: no randomness to salt
         return run(
             merged_params(state),
             jnp.asarray(tokens),
@@ -352,21 +341,25 @@ def greedy_decoder(
 def check_multi_process(config: ConfigDict) -> None:
     """What a multi-process run supports so far, checked before anything is compiled.
 
-    Every jitted step is one program across all processes, so each must call it in lockstep;
-    features that decide on host-local data whether to sample or score again (LoPE, UEC-RL's
-    exploration, DARE's rescoring, replay) would not (DAPO's refill decides on every
-    process's counts), and ReMax's greedy decoder is not placed on the global mesh yet.
+    Every jitted step is one program across all processes, so each must call it in lockstep.
+    The collectors that decide on host data (DAPO's refill, prompt selection, replay, LoPE,
+    ReMax, UEC-RL) decide on every process's rows (`rljax.train.lockstep`). Not yet: the
+    sampler on its own devices (its sub-mesh would belong to some processes only) and an
+    overlapped sampler thread (`check_overlap`).
+
+    Raises:
+      ValueError: naming the unsupported key, or a replay batch whose groups do not split
+        over the processes.
     """
-    off = {
-        "prompt_selection.name": config.prompt_selection.name != "none",
-        "replay.name": config.replay.name != "none",
-        "lope.num_perturbed": config.lope.num_perturbed != 0,
-        "algorithm.name": config.algorithm.name in ("uec_rl", "remax"),
-        "mesh.sampler_devices": config.mesh.sampler_devices != 0,
-    }
-    unsupported = [key for key, on in off.items() if on]
-    if unsupported:
+    count = jax.process_count()
+    if config.mesh.sampler_devices:
         raise ValueError(
-            f"{unsupported} are not supported with {jax.process_count()} processes yet; run them "
-            "on one host (any number of its devices)"
+            f"mesh.sampler_devices={config.mesh.sampler_devices} is not supported with {count} "
+            "processes yet; set it to 0 (the sampler then shares the trainer's devices)"
+        )
+    groups = config.replay.groups or config.train.prompts_per_step
+    if config.replay.name != "none" and groups % count:
+        raise ValueError(
+            f"replay.groups={groups} (0: train.prompts_per_step) does not split over {count} "
+            "processes; make it a multiple of the process count"
         )

@@ -35,6 +35,7 @@ from rljax.rollout.rescore import ROLLOUT_KEYS
 from rljax.rollout.sampler import Rollout
 from rljax.train.collector import Draw, Drawn
 from rljax.train.host_batch import HostBatch
+from rljax.train.lockstep import gather_batch, gather_rows, own_batch, own_rows
 from rljax.train.lope import LoPERescue
 from rljax.train.scoring import (
     Scorer,
@@ -48,7 +49,7 @@ from rljax.train.timing import add_time, timed
 # (state, prompt_tokens [N, P], prompt_mask [N, P], attempt) -> Rollout of N * G rows.
 RolloutFn = Callable[[TrainState, np.ndarray, np.ndarray, int], Rollout]
 # (state, prompt_tokens, prompt_mask, completion_tokens, completion_mask) -> [B, T] log-probs.
-StateLogprobsFn = Callable[..., jax.Array]
+StateLogprobsFn = Callable[..., np.ndarray | jax.Array]
 
 
 class RolloutDraw:
@@ -132,8 +133,9 @@ class WithFeedback:
     Args:
       inner: the draw whose `data` is `selected`.
       selected: the prompt selector's batches (`rljax.data.selected.SelectedPromptBatches`).
-      logprobs: `Steps.logprobs`, bound by state here: DARE scores stored rollouts with the
-        current policy and fed-back ones with the policy that sampled them.
+      logprobs: `Steps.logprobs` over rows every process holds whole
+        (`rljax.train.lockstep.shared_logprobs`), bound by state here: DARE scores stored
+        rollouts with the current policy and fed-back ones with the policy that sampled them.
     """
 
     def __init__(self, inner: Draw, selected: SelectedPromptBatches, logprobs: StateLogprobsFn):
@@ -147,9 +149,11 @@ class WithFeedback:
             functools.partial(self.logprobs, policies.behaviour),
         )
         drawn = self.inner(policies, step, attempt)
-        rows = drawn.rows
-        rewards = np.asarray(rows.rows["rewards"]).reshape(-1, rows.group_size)
-        self.selected.feedback(drawn.prompts, rewards, {k: rows.rows[k] for k in ROLLOUT_KEYS})
+        g = drawn.rows.group_size
+        # The selector is whole and equal on every process: it hears every process's groups.
+        rows = gather_rows({k: drawn.rows.rows[k] for k in ("rewards", *ROLLOUT_KEYS)})
+        rewards = rows.pop("rewards").reshape(-1, g)
+        self.selected.feedback(gather_rows({"position": drawn.prompts["position"]}), rewards, rows)
         return drawn
 
     def step_metrics(self) -> dict[str, float]:
@@ -163,8 +167,9 @@ class WithRescue:
       inner: the draw to rescue.
       lope: the rescue (`rljax.train.lope.LoPERescue`).
       rollout: the perturbed prompts' sampler (`RolloutFn`, `rollouts_per_perturbed` samples
-        per prompt), run with the current policy.
-      logprobs: `Steps.logprobs`; replaced samples are rescored by the current policy.
+        per prompt) over prompts every process holds whole
+        (`rljax.train.lockstep.shared_rollout`), run with the current policy.
+      logprobs: as `WithFeedback`'s; replaced samples are rescored by the current policy.
     """
 
     def __init__(
@@ -177,19 +182,21 @@ class WithRescue:
 
     def __call__(self, policies: Policies, step: int, attempt: int) -> Drawn:
         drawn = self.inner(policies, step, attempt)
-        groups = drawn.rows.grouped()
+        # Every process rescues the whole batch (the same groups, the same perturbed
+        # rollouts) and keeps its own block.
+        groups = gather_batch(drawn.rows).grouped()
         rescued, seconds = timed(
             self.lope,
             step,
             functools.partial(self.rollout, policies.current),
             functools.partial(self.logprobs, policies.current),
-            drawn.prompts,
+            gather_rows(drawn.prompts),
             groups,
             attempt,
         )
         metrics = {**drawn.metrics, **rescued}
         add_time(metrics, "time/rollout_s", seconds)  # mostly sampling; its scoring is cheap
-        rows = HostBatch.from_groups(groups, drawn.rows.group_size)
+        rows = own_batch(HostBatch.from_groups(groups, drawn.rows.group_size))
         return Drawn(drawn.prompts, rows, metrics)
 
     def step_metrics(self) -> dict[str, float]:
@@ -201,7 +208,8 @@ class WithGreedyBaseline:
 
     Args:
       inner: the draw.
-      greedy: `(state, prompt_tokens, prompt_mask) -> Rollout` of one greedy row per prompt.
+      greedy: `(state, prompt_tokens, prompt_mask) -> Rollout` of one greedy row per prompt,
+        given every process's prompts (`rljax.train.lockstep.shared_rollout`).
       task, tokenizer, scorer: as for `RolloutDraw`.
     """
 
@@ -222,18 +230,14 @@ class WithGreedyBaseline:
     def __call__(self, policies: Policies, step: int, attempt: int) -> Drawn:
         drawn = self.inner(policies, step, attempt)
         prompts = drawn.prompts
+        whole = gather_rows({k: prompts[k] for k in ("prompt_tokens", "prompt_mask")})
         out, rollout_s = timed(
-            self.greedy, policies.current, prompts["prompt_tokens"], prompts["prompt_mask"]
+            self.greedy, policies.current, whole["prompt_tokens"], whole["prompt_mask"]
         )
+        mine = own_rows({"tokens": out.completion_tokens, "mask": out.completion_mask})
         start = time.perf_counter()
         rewards, _ = score_rollout(
-            self.task,
-            self.tokenizer,
-            prompts,
-            out.completion_tokens,
-            out.completion_mask,
-            1,
-            self.scorer,
+            self.task, self.tokenizer, prompts, mine["tokens"], mine["mask"], 1, self.scorer
         )
         baseline = np.repeat(np.asarray(rewards), drawn.rows.group_size)
         metrics = dict(drawn.metrics)

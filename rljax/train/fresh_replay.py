@@ -29,6 +29,7 @@ from rljax.data.row_buffer import RowBuffer
 from rljax.data.samplers.fresh_per import FreshPERBuffer, FreshPERSettings
 from rljax.train.collector import Collection, Collector
 from rljax.train.host_batch import SAMPLE_FIELDS, HostBatch
+from rljax.train.lockstep import gather_batch, own_batch
 from rljax.train.scoring import informative_groups
 
 
@@ -102,6 +103,8 @@ class ReplayCollector:
 
     Each step: the inner collector's batches, then (on the replay's schedule) one replayed
     batch of groups stored at earlier steps; the fresh batch's informative groups go in after.
+    With several processes the buffer holds every process's groups, equal everywhere, and
+    each process replays its block of the drawn batch.
 
     Args:
       inner: the collector of fresh batches (one per step).
@@ -115,11 +118,10 @@ class ReplayCollector:
     def collect(self, state: TrainState, step: int) -> Collection:
         fresh, replayed, metrics = self.inner.collect(state, step)
         batch, replay_metrics = self.replay.batch(step)
-        for rows in fresh:
-            self.replay.add(step, rows)
-        return Collection(
-            fresh, [*replayed, *([] if batch is None else [batch])], {**metrics, **replay_metrics}
-        )
+        for rows in fresh:  # every process stores every process's groups: one equal buffer
+            self.replay.add(step, gather_batch(rows))
+        mine = [] if batch is None else [own_batch(batch)]  # ... and replays its block
+        return Collection(fresh, [*replayed, *mine], {**metrics, **replay_metrics})
 
     def state(self) -> dict[str, Any]:
         return {**self.inner.state(), "replay": self.replay.state()}

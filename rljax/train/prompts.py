@@ -66,7 +66,8 @@ class Prompts:
 def train_prompts(config: ConfigDict, task: Task, prompts: Prompts):
     """The training prompt batches: the shuffled split, or a `prompt_selection` selector's
     picks (HeaPA, DARE, or the curriculum over the task's difficulty levels) from a pool of the
-    split's first `prompt_selection.pool_size` prompts."""
+    split's first `prompt_selection.pool_size` prompts. With several processes, this process's
+    block of rows of every batch (`HostRows`; its `batches` are the whole ones)."""
     batch_size = config.train.prompts_per_step
     selection = config.prompt_selection
     if selection.name == "none":
@@ -81,7 +82,10 @@ def train_prompts(config: ConfigDict, task: Task, prompts: Prompts):
             f"task {config.task.name!r} has an unbounded train split; set "
             "prompt_selection.pool_size to the number of prompts the selector chooses from"
         )
-    pool = prompts.dataset(task, "train", seed=None, num_examples=pool_size)
+    # The whole pool on every process (the selector picks from all of it).
+    pool = prompts.dataset(
+        task, "train", seed=None, num_examples=pool_size, shard_index=0, shard_count=1
+    )
     if selection.name == "heapa":
         selector = HeaPASelector(len(pool), config.seed, selection.low_fraction)
     elif selection.name == "dare":
@@ -98,7 +102,12 @@ def train_prompts(config: ConfigDict, task: Task, prompts: Prompts):
         keys = ("threshold", "decay", "review", "min_updates")
         settings = CurriculumSettings(**{k: selection[k] for k in keys if k in selection})
         selector = CurriculumSelector(difficulties, config.seed, settings)
-    return SelectedPromptBatches(pool, selector, batch_size)
+    selected = SelectedPromptBatches(pool, selector, batch_size)
+    if jax.process_count() == 1:
+        return selected
+    # Every process keeps the selector whole and equal (it hears every process's rewards,
+    # `rljax.train.draws.WithFeedback`) and samples its block of each batch.
+    return HostRows(selected, jax.process_index(), jax.process_count())
 
 
 def warm_start(

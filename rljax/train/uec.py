@@ -30,6 +30,7 @@ from rljax.rewards import score_completions
 from rljax.rollout.sampler import Rollout
 from rljax.train.collector import Collection
 from rljax.train.host_batch import HostBatch
+from rljax.train.lockstep import own_batch
 from rljax.train.scoring import Scorer, rollout_metrics, score_rollout
 from rljax.train.timing import add_time, timed
 
@@ -50,9 +51,12 @@ class UECCollector:
 
     Args:
       settings: UEC-RL's thresholds and buffer sizes.
-      data: prompt batches.
-      rollout: the sampler with `n_samples` per prompt at the run's temperature.
-      explore_rollout: the sampler with `explore_samples` per prompt at `explore_temperature`.
+      data: prompt batches, whole: with several processes every process reads, samples and
+        buffers every row (the same choices everywhere), and learns from its block of each
+        batch (`rljax.train.lockstep`).
+      rollout: the sampler with `n_samples` per prompt at the run's temperature, over prompts
+        every process holds whole (`rljax.train.lockstep.shared_rollout`).
+      explore_rollout: the same with `explore_samples` per prompt at `explore_temperature`.
       task: scores completions.
       tokenizer: decodes completions; its EOS id marks untruncated completions.
       n_samples: G, ordinary samples per prompt (EFRame: 5).
@@ -96,8 +100,7 @@ class UECCollector:
     ) -> tuple[Rows, dict[str, int]]:
         """Rows of `samples` completions per prompt with their GRPO advantages; the sampling
         and scoring seconds are added to `times`."""
-        tokens, mask = jnp.asarray(prompts["prompt_tokens"]), jnp.asarray(prompts["prompt_mask"])
-        out, seconds = timed(rollout, tokens, mask)
+        out, seconds = timed(rollout, prompts["prompt_tokens"], prompts["prompt_mask"])
         add_time(times, "time/rollout_s", seconds)
         start = time.perf_counter()
         rewards, failures = score_rollout(
@@ -182,7 +185,9 @@ class UECCollector:
         metrics["uec/replay_buffer"] = float(len(self.replay_buffer))
         replays = self.replay_batches(step)
         metrics["uec/replay_updates"] = float(len(replays))
-        return Collection(batches, replays, {**metrics, **times})
+        return Collection(
+            [own_batch(b) for b in batches], [own_batch(b) for b in replays], {**metrics, **times}
+        )
 
     def replay_batches(self, step: int) -> list[HostBatch]:
         """The replay update's batches at `step` (every `replay_every` steps, else none).

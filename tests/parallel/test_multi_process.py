@@ -46,8 +46,10 @@ FLAGS = [
 
 def start(run_dir, devices, *extra):
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    files = [f for f in extra if f.startswith("--config=")]  # another preset than FLAGS[0]
+    flags = [*(files or FLAGS[:1]), *FLAGS[1:], *(f for f in extra if f not in files)]
     return subprocess.Popen(
-        [sys.executable, "-m", "launchers.train", *FLAGS, f"--config.run_dir={run_dir}", *extra],
+        [sys.executable, "-m", "launchers.train", *flags, f"--config.run_dir={run_dir}"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -123,3 +125,43 @@ def test_dapo_refill_runs_in_lockstep_on_two_processes(tmp_path):
     assert max(a[s]["refill/rounds"] for s in (2, 3)) >= 1  # refill really drew again
     for key in ("refill/rounds", "refill/informative_frac", "refill/short_groups"):
         np.testing.assert_allclose(b[2][key], a[2][key], rtol=1e-6, err_msg=key)
+
+
+# Collectors that decide on host data, each keeping its state whole and equal on every process
+# (`rljax.train.lockstep`): from the same checkpoint, two processes choose, sample and learn
+# what one process with the same devices does.
+LOCKSTEP = {
+    "heapa": ["--config.prompt_selection.name=heapa", "--config.prompt_selection.pool_size=64"],
+    "dare": ["--config.prompt_selection.name=dare", "--config.prompt_selection.pool_size=64"],
+    "replay": ["--config.replay.name=fresh_per"],
+    "lope": ["--config.lope.num_perturbed=2", "--config.lope.rollouts_per_perturbed=2"],
+    "remax": ["--config=configs/remax_addition.py"],
+    "uec_rl": [
+        "--config=configs/uec_rl_addition.py",
+        "--config.algorithm.explore_samples=4",
+        "--config.algorithm.replay_every=1",
+    ],
+}
+# A metric each case must have logged: the feature really ran.
+RAN = {
+    "heapa": "selection/cold",
+    "dare": "selection/seen_frac",
+    "replay": "replay/buffer",
+    "lope": "lope/failed_groups",
+    "remax": "reward/mean",
+    "uec_rl": "uec/kept_frac",
+}
+
+
+@pytest.mark.slow  # ~60-90 s each on 2 cores
+@pytest.mark.parametrize("name", sorted(LOCKSTEP))
+def test_host_side_collectors_run_in_lockstep_on_two_processes(tmp_path, name):
+    a, b = two_processes(tmp_path, *LOCKSTEP[name])
+    assert sorted(a) == sorted(b) and max(a) == 3
+    assert RAN[name] in a[3], sorted(a[3])
+    for step in (2, 3):
+        assert a[step].keys() == b[step].keys(), step
+        for key, value in a[step].items():
+            np.testing.assert_allclose(
+                b[step][key], value, rtol=1e-5, atol=1e-6, err_msg=f"{name} step {step}: {key}"
+            )
