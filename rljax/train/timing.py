@@ -28,9 +28,13 @@ COMPILE_EVENTS = (
 
 def measures_the_machine(key: str) -> bool:
     """Whether a metric is a measurement of wall time (`time/*`, `perf/mfu` and a replay's
-    `replay/perf/mfu`), which differs between two otherwise identical runs (resume and
-    reproducibility checks leave it out)."""
-    return key.startswith("time/") or key.split("/")[-2:] == ["perf", "mfu"]
+    `replay/perf/mfu`) or of how an overlapped run's two threads met (`sampler/*` times,
+    `overlap/*` waits and queue depths), which differs between two otherwise identical runs
+    (resume and reproducibility checks leave it out)."""
+    return key.startswith(("time/", "sampler/", "overlap/")) or key.split("/")[-2:] == [
+        "perf",
+        "mfu",
+    ]
 
 
 def timed(fn: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, float]:

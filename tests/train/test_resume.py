@@ -117,6 +117,13 @@ RECIPES = {
     # Bounded staleness: step 3 samples with the parameters of step 1, which only the
     # checkpointed version queue still holds after the crash.
     "staleness": ("configs/grpo_addition.py", ("--config.train.max_staleness=2",), ("3:rollout",)),
+    # An overlapped sampler (deterministic mode): the kill lands while the sampler thread has
+    # batches queued ahead; the checkpoint's queue, data position and old versions resume it.
+    "overlap": (
+        "configs/grpo_addition.py",
+        ("--config.train.max_staleness=2", "--config.train.overlap=deterministic"),
+        ("3:rollout", "4:update"),
+    ),
     # LoRA: checkpoints hold the adapters only; the resumed run rebuilds the frozen base (the
     # KL reference) from the model source.
     "lora": ("configs/grpo_addition.py", LORA, ("4:update",)),
@@ -133,7 +140,7 @@ RECIPES = {
 # The default suite kills GRPO in an update and a checkpoint write and an agent in its
 # rollout (an overlapped sampler's queue is resumed in tests/train/test_overlap.py); the
 # other recipes (one to two minutes each on 2 cores) run with `make test-slow`.
-SLOW = ("lora", "qlora", "samplers", "diffusion", "uec_rl", "staleness")
+SLOW = ("lora", "qlora", "samplers", "diffusion", "uec_rl", "staleness", "overlap")
 
 
 @pytest.mark.parametrize(
@@ -168,7 +175,7 @@ def test_killed_run_resumes_with_identical_metrics(tmp_path, recipe):
     if recipe in ("lora", "qlora"):
         assert a[4]["lora/trainable_params"] == 4 * ((32 + 32) + (32 + 16) + (64 + 32))
         assert a[4]["kl_to_ref"] > 0
-    if recipe == "staleness":
+    if recipe in ("staleness", "overlap"):  # batch i sampled by version max(i - 2, 0)
         assert [a[s]["staleness/versions"] for s in (1, 2, 3, 4)] == [0.0, 1.0, 2.0, 2.0]
 
 

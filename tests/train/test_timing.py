@@ -49,4 +49,5 @@ def test_the_phases_add_up_to_the_step(tmp_path):
 def test_wall_time_measurements_are_named_apart():
     assert measures_the_machine("time/step_s") and measures_the_machine("perf/mfu")
     assert measures_the_machine("replay/perf/mfu")
+    assert measures_the_machine("sampler/busy_s") and measures_the_machine("overlap/queue_depth")
     assert not measures_the_machine("perf/row_positions") and not measures_the_machine("loss")
