@@ -58,3 +58,23 @@ def make_mesh(
             f"{len(devices)} (one of them may be -1)"
         )
     return Mesh(np.asarray(devices).reshape(sizes), MESH_AXES)
+
+
+def split_devices(sampler_devices: int) -> tuple[list[jax.Device], list[jax.Device]]:
+    """(the sampler's devices, the trainer's) for `mesh.sampler_devices`: the first n / p
+    devices of each of the p processes and the rest, both in process order (one process: the
+    first n devices and the rest). Every process thus samples its block of rows on its own
+    devices and trains on its own devices.
+
+    Raises:
+      ValueError: n not a multiple of the process count.
+    """
+    count = jax.process_count()
+    if sampler_devices % count:
+        raise ValueError(
+            f"mesh.sampler_devices={sampler_devices} does not split over {count} processes; "
+            "make it a multiple of the process count (each process samples on its share)"
+        )
+    per = sampler_devices // count
+    by_process = [[d for d in jax.devices() if d.process_index == i] for i in range(count)]
+    return [d for ds in by_process for d in ds[:per]], [d for ds in by_process for d in ds[per:]]

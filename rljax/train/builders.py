@@ -41,7 +41,7 @@ from rljax.models.hf import load_hf_checkpoint
 from rljax.models.lora import count, frozen_base, init_adapters
 from rljax.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from rljax.models.transformer import create_model
-from rljax.parallel.mesh import make_mesh
+from rljax.parallel.mesh import make_mesh, split_devices
 from rljax.quant.mismatch import (
     adaptive_is,
     divergence_rejection,
@@ -366,9 +366,10 @@ def build_policy(
 
 
 def build_mesh(config: ConfigDict) -> Mesh:
-    """The trainer's mesh (`mesh.*`) over the devices after the sampler's `sampler_devices`."""
+    """The trainer's mesh (`mesh.*`) over the devices the sampler's `sampler_devices` leave
+    (`rljax.parallel.mesh.split_devices`)."""
     m = config.mesh
-    devices = jax.devices()[m.sampler_devices :]
+    devices = split_devices(m.sampler_devices)[1]
     return make_mesh(m.data, m.fsdp, m.tensor, devices=devices, expert=m.expert)
 
 

@@ -27,7 +27,7 @@ from rljax.data.selected import SelectedPromptBatches
 from rljax.data.tasks import Task
 from rljax.models.lora import merged_params
 from rljax.models.tokenizer import Tokenizer
-from rljax.parallel.mesh import make_mesh
+from rljax.parallel.mesh import make_mesh, split_devices
 from rljax.parallel.rules import mesh_shardings
 from rljax.rollout.sampler import Rollout
 from rljax.rollout.sampling import SamplingParams
@@ -140,7 +140,7 @@ def build_collector(
             optimizer,
             algorithm,
             build_rollout_config(config, tokenizer),
-            make_mesh(-1, devices=jax.devices()[:sampler_devices]) if sampler_devices else mesh,
+            make_mesh(-1, devices=split_devices(sampler_devices)[0]) if sampler_devices else mesh,
             state.params,
             None if sampler_devices else state.base,
         )
@@ -343,20 +343,16 @@ def check_multi_process(config: ConfigDict) -> None:
 
     Every jitted step is one program across all processes, so each must call it in lockstep.
     The collectors that decide on host data (DAPO's refill, prompt selection, replay, LoPE,
-    ReMax, UEC-RL) decide on every process's rows (`rljax.train.lockstep`). Not yet: the
-    sampler on its own devices (its sub-mesh would belong to some processes only) and an
-    overlapped sampler thread (`check_overlap`).
+    ReMax, UEC-RL) decide on every process's rows (`rljax.train.lockstep`); the sampler's own
+    devices are a share of each process's (`split_devices`). Not yet: an overlapped sampler
+    thread (`check_overlap`).
 
     Raises:
-      ValueError: naming the unsupported key, or a replay batch whose groups do not split
-        over the processes.
+      ValueError: `mesh.sampler_devices` or a replay batch's groups that do not split over
+        the processes.
     """
     count = jax.process_count()
-    if config.mesh.sampler_devices:
-        raise ValueError(
-            f"mesh.sampler_devices={config.mesh.sampler_devices} is not supported with {count} "
-            "processes yet; set it to 0 (the sampler then shares the trainer's devices)"
-        )
+    split_devices(config.mesh.sampler_devices)  # a share of the sampler's devices each
     groups = config.replay.groups or config.train.prompts_per_step
     if config.replay.name != "none" and groups % count:
         raise ValueError(

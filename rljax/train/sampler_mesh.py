@@ -7,7 +7,9 @@ optimizer state). With `mesh.sampler_devices = n` the first n devices form the s
 from the trainer's layout to the sampler's in one `jax.device_put` (`reshard`), timed and
 logged as `time/reshard_s`: the step Tunix, Marin and MaxText users report as their
 bottleneck, here measured rather than hidden. Only what sampling needs moves (the weights, the
-step and the key); the optimizer state stays on the trainer.
+step and the key); the optimizer state stays on the trainer. With several processes each
+takes the first n / p of its own devices (`rljax.parallel.mesh.split_devices`) and the move
+goes through `moved_to`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 import jax
 import optax
 from flax import nnx
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rljax.algorithms import Algorithm
 from rljax.core.state import FrozenBase, TrainState
@@ -83,8 +85,28 @@ class SamplerDevices:
     def reshard(self, state: TrainState) -> tuple[TrainState, float]:
         """(the sampler's copy of `state`'s params, step and key; seconds the move took)."""
         start = time.perf_counter()
-        moved = jax.block_until_ready(jax.device_put(sampler_view(state), self.shardings))
-        return moved, time.perf_counter() - start
+        moved = jax.tree.map(moved_to, sampler_view(state), self.shardings)
+        return jax.block_until_ready(moved), time.perf_counter() - start
+
+
+def moved_to(x: jax.Array, target: NamedSharding) -> jax.Array:
+    """`x` on `target`, device to device.
+
+    Across processes JAX reshards only between the same devices (other device sets: TPU
+    only), so there `x` is first replicated over its own devices (one all-gather among the
+    trainer's devices), then each process copies its replica onto its share of the target
+    devices and the pieces form the global array. The replica is the peak extra memory: one
+    copy of the weights per trainer device while it lasts.
+    """
+    if x.is_fully_addressable or x.sharding.device_set == target.device_set:
+        return jax.device_put(x, target)
+    whole = jax.device_put(x, NamedSharding(x.sharding.mesh, PartitionSpec()))
+    local = whole.addressable_shards[0].data
+    pieces = [
+        jax.device_put(local[index], device)
+        for device, index in target.addressable_devices_indices_map(x.shape).items()
+    ]
+    return jax.make_array_from_single_device_arrays(x.shape, target, pieces)
 
 
 def _shardings(tree, mesh: Mesh):

@@ -8,7 +8,7 @@ from jax.sharding import PartitionSpec
 
 from rljax.models.config import TransformerConfig
 from rljax.models.transformer import create_model, forward, positions_from_mask
-from rljax.parallel.mesh import make_mesh
+from rljax.parallel.mesh import make_mesh, split_devices
 from rljax.parallel.rules import (
     DEFAULT_RULES,
     batch_sharding,
@@ -147,3 +147,19 @@ def test_expert_axis_is_fastest_varying_and_shards_only_expert_weights():
     assert DEFAULT_RULES["batch"] == ("data", "fsdp")  # rows are not split over "expert"
     with pytest.raises(ValueError, match="expert=3"):
         make_mesh(1, 1, 1, expert=3)
+
+
+def test_split_devices_gives_each_process_its_share(monkeypatch):
+    devices = jax.devices()  # 8 CPU devices, one process
+    sampler, trainer = split_devices(3)
+    assert sampler == devices[:3] and trainer == devices[3:]
+    assert split_devices(0) == ([], devices)
+    # Two processes of 4 devices each (as jax.distributed numbers them): 1 sampler device of
+    # each, in process order; the trainer gets the other 3 of each.
+    fake = [type("D", (), {"process_index": i // 4, "id": i})() for i in range(8)]
+    monkeypatch.setattr(jax, "devices", lambda: fake)
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    sampler, trainer = split_devices(2)
+    assert [d.id for d in sampler] == [0, 4] and [d.id for d in trainer] == [1, 2, 3, 5, 6, 7]
+    with pytest.raises(ValueError, match="sampler_devices=3 does not split over 2 processes"):
+        split_devices(3)
