@@ -22,6 +22,8 @@ updates, and batch i is the batch step i learns from (with version i).
   finished, not dropped), so the data iterator is where the queued batches end; the queue and
   (deterministic mode) the versions later batches still need go into the checkpoint, and the
   next `collect` lets the sampler go on.
+- Prompt selection (HeaPA, the curriculum) runs on the sampler thread: each batch's rewards
+  reach the selector before the next batch is picked, as in the ordered run.
 - `timeline.jsonl` (in the run directory) records each batch's sampling interval, each step's
   training interval (from taking its batch to asking for the next) and each handoff, in
   seconds since the collector started: the overlap is measured, not assumed.
@@ -357,8 +359,11 @@ def check_overlap(config: ConfigDict, task: Task, algorithm: Any) -> None:
             "the sampler may run ahead); with 0 nothing overlaps"
         )
     off = {
-        "prompt_selection.name": config.prompt_selection.name != "none",
+        # DARE rescores with the trainer's current policy, which the sampler thread lacks.
+        "prompt_selection.name": config.prompt_selection.name == "dare",
+        # Replay adds updates to a step; the sampler keys its rollouts by one update per step.
         "replay.name": config.replay.name != "none",
+        # LoPE and ReMax sample and rescore with the trainer's current policy too.
         "lope.num_perturbed": config.lope.num_perturbed != 0,
         "algorithm.name": getattr(algorithm, "collection", None) is not None
         or getattr(algorithm, "greedy_baseline", False),
@@ -371,5 +376,5 @@ def check_overlap(config: ConfigDict, task: Task, algorithm: Any) -> None:
         raise ValueError(
             f"train.overlap={t.overlap!r} does not support {unsupported} yet (the sampler "
             "thread runs the plain group collector: refill, reward components, token-level "
-            "rewards and a teacher)"
+            "rewards, a teacher, HeaPA's or the curriculum's prompt selection)"
         )

@@ -20,6 +20,7 @@ from rljax.train.collector import Collection
 from rljax.train.host_batch import HostBatch
 from rljax.train.loop import train
 from rljax.train.overlap import CopyOnTrainer, OverlappedCollector, check_overlap
+from rljax.train.timing import measures_the_machine
 from tests.train.launching import tiny_driver_run
 
 
@@ -235,6 +236,7 @@ def test_close_ends_an_in_flight_rollout():
     [
         ({"train.max_staleness": 0}, "needs train.max_staleness >= 1"),
         ({"replay.name": "fresh_per"}, r"does not support \['replay.name'\]"),
+        ({"prompt_selection.name": "dare"}, r"does not support \['prompt_selection.name'\]"),
         ({"lope.num_perturbed": 2}, r"does not support \['lope.num_perturbed'\]"),
     ],
 )
@@ -265,13 +267,10 @@ def driver_config(run_dir, **train):
     return config
 
 
-TIMING = ("time/", "perf/", "sampler/", "overlap/")
-
-
 def same_numbers(ordered, overlapped_run, steps):
     for step in steps:
         a, b = ordered[step], overlapped_run[step]
-        compared = {k for k in a if not k.startswith(TIMING)}
+        compared = {k for k in a if not measures_the_machine(k)}
         assert compared <= set(b), compared - set(b)
         assert {k: a[k] for k in compared} == {k: b[k] for k in compared}, step
 
@@ -285,17 +284,27 @@ def intervals(run_dir, role):
 LORA = {"rank": 4, "targets": ("q", "v", "down")}
 
 
+# HeaPA picks prompts on the sampler thread from the rewards of the batches it drew. A short
+# SFT on 1-digit sums makes the rewards mixed, so the selector hears more than zeros.
+HOST_SIDE = {
+    "prompt_selection": {"name": "heapa", "pool_size": 32},
+    "task": {"max_digits": 1},
+    "sft": {"steps": 60, "batch_size": 32, "learning_rate": 1e-2},
+}
+
+
 @pytest.mark.parametrize(
-    "sampler_devices,lora",
+    "sampler_devices,lora,host_side",
     [
-        (0, None),
+        (0, None, {}),
         # The reshard onto sampler devices is the ordered run's own (test_sampler_mesh).
-        pytest.param(4, None, marks=pytest.mark.slow),
-        (0, LORA),
+        pytest.param(4, None, {}, marks=pytest.mark.slow),
+        (0, LORA, {}),
+        pytest.param(0, None, HOST_SIDE, marks=pytest.mark.slow),
     ],
-    ids=["shared", "split", "lora"],
+    ids=["shared", "split", "lora", "selection"],
 )
-def test_deterministic_overlap_equals_the_ordered_run(tmp_path, sampler_devices, lora):
+def test_deterministic_overlap_equals_the_ordered_run(tmp_path, sampler_devices, lora, host_side):
     """Every logged number but the timings equals the ordered `max_staleness` run's, while
     the timeline shows the sampler drawing later batches during the trainer's steps. Under
     LoRA the handoff moves the adapters only."""
@@ -306,6 +315,8 @@ def test_deterministic_overlap_equals_the_ordered_run(tmp_path, sampler_devices,
         c.mesh.update(mesh)
         if lora:
             c.lora.update(lora)
+        for section, values in host_side.items():
+            c[section].update(values)
     ordered = train(ordered_config)
     runs = [{r["step"]: r for r in run} for run in (ordered, train(config))]
     same_numbers(*runs, steps=range(0, 5))
@@ -325,6 +336,9 @@ def test_deterministic_overlap_equals_the_ordered_run(tmp_path, sampler_devices,
     last = overlapped_run[4]
     per_version = last["overlap/held_gb"] / last["overlap/versions_held"] * 1e9
     assert per_version < 4_000 if lora else per_version > 20_000, per_version
+    if host_side:  # the selector scored prompts and heard non-zero rewards
+        assert overlapped_run[4]["selection/cold"] < 32
+        assert 0 < max(overlapped_run[s]["reward/mean"] for s in (1, 2, 3, 4)) < 1
 
 
 class KillAt:
