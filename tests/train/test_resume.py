@@ -94,12 +94,14 @@ DIFFUSION = (
     "--config.sft.warmup_steps=10",
 )
 # LoRA adapters (rank 4 on q, v and the MLP's down projection) on the policy as initialised,
-# with a KL term to the frozen base.
+# with a KL term to the frozen base. The untrained policy's samples earn no reward, so an
+# entropy bonus gives the adapters a gradient (kl_to_ref > 0).
 LORA = (
     "--config.lora.rank=4",
     "--config.lora.targets=('q', 'v', 'down')",
     "--config.sft.steps=0",
     "--config.algorithm.kl_coef=0.05",
+    "--config.algorithm.entropy_coef=0.01",
 )
 # Multi-turn episodes (configs/agent_guess_number.py): the kill lands in step 3's rollout,
 # while environments step on their worker threads between the engine's decode calls.
@@ -127,13 +129,8 @@ RECIPES = {
     # LoRA: checkpoints hold the adapters only; the resumed run rebuilds the frozen base (the
     # KL reference) from the model source.
     "lora": ("configs/grpo_addition.py", LORA, ("4:update",)),
-    # QLoRA: the rebuilt base is quantized to int8 again, to the same codes. Its samples earn
-    # no reward here, so an entropy bonus gives the adapters a gradient (kl_to_ref > 0).
-    "qlora": (
-        "configs/grpo_addition.py",
-        (*LORA, "--config.lora.base_quant=int8", "--config.algorithm.entropy_coef=0.01"),
-        ("4:update",),
-    ),
+    # QLoRA: the rebuilt base is quantized to int8 again, to the same codes.
+    "qlora": ("configs/grpo_addition.py", (*LORA, "--config.lora.base_quant=int8"), ("4:update",)),
 }
 
 
