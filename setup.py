@@ -5,6 +5,11 @@ from setuptools import find_packages, setup
 # Other projects' environment APIs (rljax.envs.gymnasium_env, rljax.envs.skyrl_gym_env), pinned:
 # the adapters are tested against these versions.
 ENV_ADAPTERS = ["gymnasium==1.4.0", "skyrl-gym==0.4.0"]
+# Metrics backends (rljax.metrics.backends), pinned: the tests read their stores at these versions.
+WANDB = ["wandb==0.31.0"]
+# MLflow's SQLite store (its file store is in maintenance mode) needs SQLAlchemy and Alembic,
+# which mlflow-skinny leaves out.
+MLFLOW = ["mlflow-skinny==3.18.0", "sqlalchemy==2.1.9", "alembic==1.20.1"]
 
 setup(
     name="rljax",
@@ -48,8 +53,12 @@ setup(
             "scipy>=1.13",  # exact integrals and chi-square tests (tests/diffusion)
             "ruff>=0.6",
             *ENV_ADAPTERS,
+            *WANDB,
+            *MLFLOW,
         ],
         "envs": ENV_ADAPTERS,
+        "wandb": WANDB,
+        "mlflow": MLFLOW,
         # Parity tests against Hugging Face transformers on the CPU torch wheel.
         "hf": [
             "torch==2.13.0",

@@ -390,6 +390,15 @@ SCHEMA: dict[str, Key | dict[str, Key]] = {
             "are still checked finite)",
         ),
     },
+    # Where metrics go besides metrics.jsonl (rljax.metrics.backends).
+    "log": {
+        "backends": Key(
+            "jsonl,tensorboard",
+            'comma-separated: "jsonl" (required), "tensorboard", "wandb", "mlflow" (extras)',
+        ),
+        "project": Key("rljax", "the W&B project / MLflow experiment"),
+        "name": Key("", "the W&B / MLflow run name (empty: the run directory's name)"),
+    },
     # -1 takes all remaining devices.
     "mesh": {
         "data": Key(-1, "data-parallel axis size"),

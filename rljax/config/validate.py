@@ -34,6 +34,7 @@ from ml_collections import ConfigDict
 from rljax.config.memory import check_fits
 from rljax.config.schema import OPEN_SECTIONS, SCHEMA, Key
 from rljax.data.tasks import TASKS
+from rljax.metrics.backends import parse_backends
 from rljax.models.attention import cudnn_unfit
 from rljax.models.fetch import cached_file
 from rljax.models.gguf import gguf_limits
@@ -389,6 +390,7 @@ def _check_ranges(config: ConfigDict) -> None:
     b.build_rollout_weights(config)
     b.build_rollout_correction(config)
     b.build_scorer(config)
+    parse_backends(config.log.backends)
 
 
 def _check_range(key: str, value: Any, spec: Key) -> None:

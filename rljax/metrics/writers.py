@@ -1,4 +1,5 @@
-"""Metrics sinks: a JSONL file (one object per step, easy to plot) and TensorBoard events."""
+"""Metrics sinks: a JSONL file (one object per step, easy to plot), TensorBoard events, and
+the optional backends of `rljax.metrics.backends` (W&B, MLflow)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import math
 import os
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from rljax.metrics.backends import Backend
 
 
 @contextlib.contextmanager
@@ -96,9 +99,18 @@ class MetricsWriter:
       tensorboard: also write TensorBoard events.
       resume_step: the step the run continues from; None for a new run (earlier logs in
         run_dir are replaced).
+      backends: more places every step's scalars go (W&B, MLflow:
+        `rljax.metrics.backends`); closed with the writer.
     """
 
-    def __init__(self, run_dir: str, tensorboard: bool = True, resume_step: int | None = None):
+    def __init__(
+        self,
+        run_dir: str,
+        tensorboard: bool = True,
+        resume_step: int | None = None,
+        backends: Sequence[Backend] = (),
+    ):
+        self.backends = list(backends)
         os.makedirs(run_dir, exist_ok=True)
         self.path = os.path.join(run_dir, "metrics.jsonl")
         keep_records_until(self.path, resume_step)
@@ -123,16 +135,23 @@ class MetricsWriter:
         if self._tb is not None:
             for key, value in scalars.items():
                 self._tb.add_scalar(key, value, int(step))
+        for backend in self.backends:
+            backend.write(int(step), scalars)
         return scalars
 
     def close(self) -> None:
-        try:
+        """Closes the file, the event log and the backends (each even if another fails)."""
+        with contextlib.ExitStack() as closing:
+            for backend in self.backends:
+                closing.callback(backend.close)
+            if self._tb is not None:
+                closing.callback(self._close_events)
             with _naming(self.path):
                 self._file.close()
-        finally:
-            if self._tb is not None:
-                with _naming(self._tb_dir):
-                    self._tb.close()
+
+    def _close_events(self) -> None:
+        with _naming(self._tb_dir):
+            self._tb.close()
 
     def __enter__(self) -> "MetricsWriter":
         return self

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from rljax.config import validate_config
 from rljax.core.state import TrainState
+from rljax.metrics.backends import build_backends, parse_backends
 from rljax.metrics.flops import MatmulProbe, model_flops
 from rljax.metrics.writers import MetricsWriter, SamplesWriter, to_scalars
 from rljax.models.lora import merged_params
@@ -106,7 +107,7 @@ def _train(
     start = checkpointer.latest_step()
     run.begin(start)  # a resumed run's config against the stored one; config.json, configs.jsonl
     # Logs continue from the checkpoint; what a crashed run logged after it is dropped.
-    writer = MetricsWriter(run_dir, resume_step=start) if lead else None
+    writer = metrics_writer(config, run_dir, start) if lead else None
     samples_logged = t.log_samples
     samples = SamplesWriter(run_dir, resume_step=start) if lead and samples_logged else None
     for sink in (writer, samples):
@@ -257,6 +258,15 @@ def _train(
                 raise Stopped(signum, done)
     checkpointer.wait()
     return records
+
+
+def metrics_writer(config: ConfigDict, run_dir: str, start: int | None) -> MetricsWriter:
+    """metrics.jsonl, and TensorBoard, W&B and MLflow as `log.backends` asks (W&B and MLflow
+    name their run `log.name`, else the run directory's name)."""
+    names = parse_backends(config.log.backends)
+    name = config.log.name or os.path.basename(run_dir)
+    more = build_backends(names, run_dir, config.to_dict(), config.log.project, name)
+    return MetricsWriter(run_dir, "tensorboard" in names, resume_step=start, backends=more)
 
 
 def matmul_peak(config: ConfigDict, model_config: Any, devices: int) -> float:

@@ -53,6 +53,7 @@ FREE_KEYS = frozenset(
     {
         "run_dir",
         "mesh",  # sharding: the same maths on another device layout
+        "log",  # where metrics also go (W&B, MLflow, TensorBoard)
         "model.remat",  # recomputation in the backward pass
         "model.attention_chunk",  # attention in query chunks, the same scores
         "model.scan_layers",  # the same blocks, scanned or unrolled

@@ -149,6 +149,9 @@ ADDED_SINCE = {
     "teacher.step": -1,
     "teacher.top_k": 0,
     "train.overlap": "off",
+    "log.backends": "jsonl,tensorboard",
+    "log.project": "rljax",
+    "log.name": "",
 }
 # Keys added with the diffusion policy on the driver (model.kind; the others are read by a
 # model.kind="diffusion" run only), at their defaults in a causal recipe.
