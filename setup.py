@@ -55,6 +55,7 @@ setup(
             *ENV_ADAPTERS,
             *WANDB,
             *MLFLOW,
+            "datasets==5.2.0",  # writes the save_to_disk directories LocalTask reads
         ],
         "envs": ENV_ADAPTERS,
         "wandb": WANDB,

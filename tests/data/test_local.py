@@ -351,3 +351,31 @@ def test_token_rewards_of_other_kinds_sit_on_the_last_token(tmp_path):
     total, per_token = task.token_rewards("7", answer, np.array([[0, 1], [1, 1]]))
     assert total == task.reward("7", answer)
     np.testing.assert_array_equal(per_token, [0.0, total])
+
+
+def test_a_saved_hugging_face_dataset_reads_like_its_jsonl(tmp_path):
+    """A directory from `datasets`' save_to_disk (several Arrow shards, a column the task does
+    not read) gives the examples its JSONL gives; a DatasetDict names the split to pick."""
+    datasets = pytest.importorskip("datasets")
+    rows = many_rows(40)
+    for i, row in enumerate(rows):
+        row["source"] = f"gen-{i}"
+    saved = tmp_path / "gsm"
+    datasets.Dataset.from_list(rows).save_to_disk(str(saved), num_shards=3)
+    assert len(list(saved.glob("*.arrow"))) == 3
+    jsonl = write_jsonl(tmp_path / "gsm.jsonl", rows)
+    from_dir = LocalTask(str(saved), test_fraction=0.25)
+    from_file = LocalTask(jsonl, test_fraction=0.25)
+    for split in ("train", "test"):
+        assert from_dir.split_size(split) == from_file.split_size(split) > 0
+        for i in range(from_dir.split_size(split)):
+            assert from_dir.example(i, split) == from_file.example(i, split)
+    both = tmp_path / "dict"
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(rows), "test": datasets.Dataset.from_list(rows[:5])}
+    ).save_to_disk(str(both))
+    with pytest.raises(ValueError, match="holds a DatasetDict.*dict/train"):
+        LocalTask(str(both))
+    task = LocalTask(str(both / "train"), test_path=str(both / "test"))
+    assert task.split_size("test") == 5
+    assert task.example(0, "test") == {"prompt": "What is 0 plus one?", "answer": "#### 1"}

@@ -1,6 +1,7 @@
 """Tasks from local data files: math (GSM8K / MATH), code (MBPP) or exact-answer JSONL rows.
 
-`LocalTask` turns the rows of a JSONL, parquet or ArrayRecord file into a `Task`, so the grain
+`LocalTask` turns the rows of a JSONL, parquet or ArrayRecord file, or of a Hugging Face
+`datasets` directory (`Dataset.save_to_disk`), into a `Task`, so the grain
 pipelines in `rljax.data.pipeline` shuffle, shard and checkpoint them like any other task.
 Nothing is downloaded: the user names the files. JSONL and parquet rows are read once, at
 construction, into memory; ArrayRecord rows (see `rljax.data.array_record.convert`) are read
@@ -30,7 +31,7 @@ from rljax.rewards.math import last_boxed, math_reward
 
 RewardFn = Callable[[str, str], float]
 
-_FORMATS = ("jsonl", "parquet", "array_record")
+_FORMATS = ("jsonl", "parquet", "array_record", "hf_dataset")
 _SUFFIXES = {
     ".jsonl": "jsonl",
     ".json": "jsonl",
@@ -53,16 +54,22 @@ _GSM8K_MARK = "####"
 _CODE_SOLUTION_FIELD = "code"
 _CODE_SETUP_FIELD = "test_setup_code"
 _PARQUET_BATCH_ROWS = 4096
+# A Hugging Face `datasets` directory (`save_to_disk`): its state (the Arrow files) and, for a
+# DatasetDict, the split list.
+_HF_STATE, _HF_DICT = "state.json", "dataset_dict.json"
 
 
 def resolve_format(path: str | os.PathLike, format: str = "auto") -> str:
     """The file format: `format` itself, or with "auto" the one its suffix names.
 
     Returns:
-      "jsonl" (.jsonl, .json: one JSON object a line), "parquet" or "array_record"
-      (.array_record, .arrayrecord).
+      "jsonl" (.jsonl, .json: one JSON object a line), "parquet", "array_record"
+      (.array_record, .arrayrecord) or "hf_dataset" (a directory written by Hugging Face
+      `datasets`' `Dataset.save_to_disk`: its state.json and Arrow files).
     """
     if format == "auto":
+        if _is_hf_dataset(path):
+            return "hf_dataset"
         suffix = os.path.splitext(os.fspath(path))[1].lower()
         if suffix not in _SUFFIXES:
             raise ValueError(
@@ -118,10 +125,43 @@ def iter_file_rows(
             for row in batch.to_pylist():
                 yield f"{path} row {i}", row
                 i += 1
+    elif format == "hf_dataset":
+        for i, row in enumerate(_hf_dataset_rows(path)):
+            yield f"{path} row {i}", row
     else:
         rows = ArrayRecordRows(path)
         for i in range(len(rows)):
             yield f"{path} row {i}", rows[i]
+
+
+def _hf_dataset_rows(path: str) -> Iterator[dict[str, Any]]:
+    """The rows of a `Dataset.save_to_disk` directory, in order, read with pyarrow alone.
+
+    The directory's state.json lists its Arrow files (Arrow IPC streams), in order; that is
+    all `datasets.load_from_disk` reads for a dataset without an indices mapping, which
+    `save_to_disk` never writes (it flattens one first). Reading it here spares the
+    `datasets` package and its dependencies for a few files.
+    """
+    if os.path.exists(os.path.join(path, _HF_DICT)):
+        raise ValueError(
+            f"{path} holds a DatasetDict; point the task at one of its splits, e.g. "
+            f"{os.path.join(path, 'train')}"
+        )
+    import pyarrow as pa
+
+    with open(os.path.join(path, _HF_STATE), encoding="utf-8") as f:
+        state = json.load(f)
+    for entry in state.get("_data_files", []):
+        with pa.memory_map(os.path.join(path, entry["filename"])) as source:
+            for batch in pa.ipc.open_stream(source):
+                yield from batch.to_pylist()
+
+
+def _is_hf_dataset(path: str | os.PathLike) -> bool:
+    return os.path.isdir(path) and (
+        os.path.exists(os.path.join(path, _HF_STATE))
+        or os.path.exists(os.path.join(path, _HF_DICT))
+    )
 
 
 def final_answer(answer: str) -> str:
@@ -193,7 +233,8 @@ class LocalTask:
     Attributes:
       train_path: the train file (config key `task.train_path`).
       test_path: the test file; None holds out rows of train_path by a hash of their prompt.
-      format: "auto" (from each file's suffix), "jsonl", "parquet" or "array_record".
+      format: "auto" (from each file's suffix, or a `save_to_disk` directory's state.json),
+        "jsonl", "parquet", "array_record" or "hf_dataset".
       prompt_field, answer_field: the row's columns; None uses the kind's default
         ("question"/"answer" for math and exact, "text"/"test_list" for code).
       kind: "math", "exact" or "code" (see above).
@@ -369,8 +410,11 @@ class LocalTask:
 
     def _open(self, path: str | None, key: str) -> tuple[str, str]:
         """(path, format) of a configured file; raises naming the config key if it is missing."""
-        if path is None or not os.path.isfile(path):
-            raise FileNotFoundError(f"{key}={path!r}: no such file; set {key} to a local data file")
+        if path is None or not (os.path.isfile(path) or _is_hf_dataset(path)):
+            raise FileNotFoundError(
+                f"{key}={path!r}: no such file; set {key} to a local data file (or a "
+                "directory written by datasets' save_to_disk)"
+            )
         return os.fspath(path), resolve_format(path, self.format)
 
     def _load(self) -> dict[str, _Split]:
