@@ -10,6 +10,9 @@ WANDB = ["wandb==0.31.0"]
 # MLflow's SQLite store (its file store is in maintenance mode) needs SQLAlchemy and Alembic,
 # which mlflow-skinny leaves out.
 MLFLOW = ["mlflow-skinny==3.18.0", "sqlalchemy==2.1.9", "alembic==1.20.1"]
+# Hugging Face's symbolic math grader (rljax.rewards.math_verify), pinned: compared against ours
+# in benchmarks/math_graders.py.
+MATH = ["math-verify==0.9.0"]
 
 setup(
     name="rljax",
@@ -56,10 +59,12 @@ setup(
             *WANDB,
             *MLFLOW,
             "datasets==5.2.0",  # writes the save_to_disk directories LocalTask reads
+            *MATH,
         ],
         "envs": ENV_ADAPTERS,
         "wandb": WANDB,
         "mlflow": MLFLOW,
+        "math": MATH,
         # Parity tests against Hugging Face transformers on the CPU torch wheel.
         "hf": [
             "torch==2.13.0",

@@ -11,14 +11,16 @@ The rules (interpretation; no single standard exists):
 - Answer extraction, first that applies: the last `\\boxed{...}` / `\\fbox{...}` (nested braces
   handled), the last "#### X" line (GSM8K), the last "answer is X" / "answer: X" up to the end of
   its sentence, the last number of the text.
-- Dropped before comparing: `$`, `\\left` / `\\right`, spacing (`\\!`, `\\,`, `\\;`, `\\:`,
-  `\\quad`, `~`, whitespace), `\\displaystyle`, degree signs, a leading "x =", a trailing
-  period, trailing `\\text{...}` / `\\mbox{...}` / `\\mathrm{...}` groups after the answer
-  (units; a group that is the whole answer is unwrapped instead) and plain-word units after a
-  number ("18 dollars"). `\\dfrac` / `\\tfrac` are `\\frac`; `\\frac12` is `\\frac{1}{2}`,
-  `\\sqrt3` is `\\sqrt{3}` and `x^{2}` is `x^2`. Strings compare case-sensitively.
-- Numbers: integers, decimals, "1e3", "2.5\\times10^{3}", "a/b", "\\frac{a}{b}", a leading sign,
-  thousands separators ("1,234" or "1{,}234", groups of exactly three digits).
+- Dropped before comparing: `$` and `\\$` (money), a `\\boxed{...}` around the whole answer,
+  `\\left` / `\\right`, spacing (`\\!`, `\\,`, `\\;`, `\\:`, `\\quad`, `~`, whitespace),
+  `\\displaystyle`, degree signs, a leading "x =", a trailing period, trailing `\\text{...}` /
+  `\\mbox{...}` / `\\mathrm{...}` / `\\mathbf{...}` groups after the answer, squared or cubed
+  too (units: "12 \\mathrm{cm}^2"; a group that is the whole answer is unwrapped instead) and
+  plain-word units after a number ("18 dollars"). `\\dfrac` / `\\tfrac` are `\\frac`;
+  `\\frac12` is `\\frac{1}{2}`, `\\sqrt3` is `\\sqrt{3}` and `x^{2}` is `x^2`. Strings compare
+  case-sensitively.
+- Numbers: integers, decimals, "1e3", "2.5\\times10^{3}", "10^{3}", "a/b", "\\frac{a}{b}", a
+  leading sign, thousands separators ("1,234" or "1{,}234", groups of exactly three digits).
 - Percent: the sign is dropped, so "50\\%" equals "50"; when exactly one side carries a percent
   sign, its value divided by 100 is also accepted, so "50\\%" equals "0.5". Without a percent
   sign "50" does not equal "0.5".
@@ -42,13 +44,15 @@ _SENTENCE_END = re.compile(r"\.(?:\s|$)")
 _THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _DECIMAL = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE]([+-]?\d+))?")
 _TIMES_TEN = re.compile(r"(.+?)(?:\\times|\\cdot|\*)10\^(?:\{([+-]?\d+)\}|([+-]?\d))")
+_POWER_OF_TEN = re.compile(r"10\^(?:\{([+-]?\d+)\}|([+-]?\d))")
 _MAX_EXPONENT = 1000  # "1e999999999" would build a huge integer; treat it as not a number.
 
 _SPACING = re.compile(r"\\[!,;: ]|\\q?quad(?![a-zA-Z])|~|\\displaystyle|\s+")
 _LEFT_RIGHT = re.compile(r"\\(?:left|right)(?![a-zA-Z])")
 _DEGREES = re.compile(r"\^\s*\{?\\circ\}?|°")
 _PERCENT = re.compile(r"\\?%")
-_TEXT_START = re.compile(r"\\(?:text|textbf|mbox|mathrm)\s*\{")
+_TEXT_START = re.compile(r"\\(?:text|textbf|mbox|mathrm|mathbf)\s*\{")
+_UNIT_POWER = re.compile(r"\^\{?[23]\}?")  # a unit's square or cube: "\mathrm{cm}^2"
 _LEADING_VARIABLE = re.compile(r"^(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?\w+\}?)?\s*=(?!=)\s*(?=\S)")
 _WORD_UNITS = re.compile(r"^(-?[\d.,/]+)\s+[A-Za-z]{2,}(?:\s+[A-Za-z]+)*$")
 
@@ -147,6 +151,10 @@ def _scalar(text: str) -> Fraction | None:
             return None
         num, den = _scalar(first[0]), _scalar(second[0])
         return None if num is None or not den else num / den
+    power = _POWER_OF_TEN.fullmatch(text)
+    if power:
+        exponent = int(power[1] or power[2])
+        return Fraction(10) ** exponent if abs(exponent) <= _MAX_EXPONENT else None
     times = _TIMES_TEN.fullmatch(text)
     if times:
         mantissa, exponent = _scalar(times[1]), int(times[2] or times[3])
@@ -215,15 +223,16 @@ def _drop_text_groups(text: str) -> str:
             return text
         content, end = group
         before, after = text[: last.start()], text[end:]
-        if before.strip() and not after.strip():
-            text = before  # a unit after the answer
+        if before.strip() and (not after.strip() or _UNIT_POWER.fullmatch(after.strip())):
+            text = before  # a unit after the answer (cm, or cm^2)
         else:
             text = before + content + after
 
 
 def _normalize(text: str) -> tuple[str, bool]:
     """(whitespace-free canonical text, whether it carried a percent sign)."""
-    text = _DEGREES.sub("", text.replace("−", "-").replace("$", ""))
+    text = _unboxed(text.strip())
+    text = _DEGREES.sub("", text.replace("−", "-").replace("\\$", "").replace("$", ""))
     text = _LEFT_RIGHT.sub("", text.replace("\\displaystyle", ""))
     text, percents = _PERCENT.subn("", text)
     text = _drop_text_groups(text).strip().rstrip(".").strip()
@@ -236,6 +245,13 @@ def _normalize(text: str) -> tuple[str, bool]:
     text = re.sub(r"\\sqrt(\d)", r"\\sqrt{\1}", text)
     text = re.sub(r"([\^_])\{(\w)\}", r"\1\2", text)
     return text, percents > 0
+
+
+def _unboxed(text: str) -> str:
+    """The contents of a \\boxed{...} / \\fbox{...} that is the whole text, else the text."""
+    start = _BOX_START.match(text)
+    group = _braced(text, start.end() - 1) if start else None
+    return group[0] if group and group[1] == len(text) else text
 
 
 def _split_top_level(text: str) -> list[str]:

@@ -379,3 +379,16 @@ def test_a_saved_hugging_face_dataset_reads_like_its_jsonl(tmp_path):
     task = LocalTask(str(both / "train"), test_path=str(both / "test"))
     assert task.split_size("test") == 5
     assert task.example(0, "test") == {"prompt": "What is 0 plus one?", "answer": "#### 1"}
+
+
+def test_math_verify_grader_accepts_symbolic_answers(tmp_path):
+    pytest.importorskip("math_verify")
+    path = write_jsonl(tmp_path / "a.jsonl", [{"question": "sqrt 9?", "answer": "#### 3"}])
+    ours = LocalTask(path, test_path=path)
+    theirs = LocalTask(path, test_path=path, grader="math_verify")
+    answer = ours.example(0, "test")["answer"]
+    assert ours.reward("\\boxed{\\sqrt{9}}", answer) == 0.0
+    assert theirs.reward("\\boxed{\\sqrt{9}}", answer) == 1.0
+    assert theirs.reward("\\boxed{4}", answer) == 0.0
+    with pytest.raises(ValueError, match="grader='sympy' must be one of"):
+        LocalTask(path, test_path=path, grader="sympy")

@@ -28,6 +28,7 @@ from rljax.data.array_record import ArrayRecordRows
 from rljax.data.tasks.split_hash import text_hash, unit_hash
 from rljax.rewards.code import CodeReward, code_reward, token_level_rewards
 from rljax.rewards.math import last_boxed, math_reward
+from rljax.rewards.math_verify import math_verify_reward
 
 RewardFn = Callable[[str, str], float]
 
@@ -40,6 +41,7 @@ _SUFFIXES = {
     ".arrayrecord": "array_record",
 }
 _KINDS = ("math", "exact", "code")
+_GRADERS = ("rljax", "math_verify")  # kind="math"
 # (prompt_field, answer_field) when not given: GSM8K's and MBPP's column names.
 _DEFAULT_FIELDS = {
     "math": ("question", "answer"),
@@ -247,6 +249,9 @@ class LocalTask:
         the final answer (math), the answer (exact) or the JSON list of asserts (code).
       code_timeout_s, code_memory_mb: the sandbox's limits for one completion and its tests.
       line_penalty: kind="code" token rewards: the penalty shared by the failing line's tokens.
+      grader: kind="math": "rljax" (`rljax.rewards.math.math_equal`: exact numbers, no
+        computer algebra) or "math_verify" (Hugging Face's math-verify, symbolic; the `math`
+        extra). `benchmarks/math_graders.py` compares them.
     """
 
     train_path: str
@@ -262,6 +267,7 @@ class LocalTask:
     code_timeout_s: float = 2.0
     code_memory_mb: int = 256
     line_penalty: float = 0.5
+    grader: str = "rljax"
     _splits: dict[str, _Split] = dataclasses.field(init=False, repr=False, compare=False)
 
     splits = ("train", "test")
@@ -269,6 +275,8 @@ class LocalTask:
     def __post_init__(self):
         if self.kind not in _KINDS:
             raise ValueError(f"kind={self.kind!r} must be one of {_KINDS}")
+        if self.grader not in _GRADERS:
+            raise ValueError(f"grader={self.grader!r} must be one of {_GRADERS}")
         if self.code_timeout_s <= 0 or self.code_memory_mb < 16:
             raise ValueError(
                 f"code_timeout_s={self.code_timeout_s} must be > 0 and code_memory_mb="
@@ -349,7 +357,8 @@ class LocalTask:
         if self.reward_fn is not None:
             return float(self.reward_fn(completion, reference))
         if self.kind == "math":
-            return math_reward(completion, reference)
+            grade = math_reward if self.grader == "rljax" else math_verify_reward
+            return grade(completion, reference)
         return exact_match_reward(completion, reference)
 
     def sft_target(self, answer: str) -> str:
