@@ -6,7 +6,7 @@ the registry checkpoint: once with `rljax.train.compile_options.update_compiler_
 (what `make_steps` uses) and once with XLA's defaults. It then times the two in turn for
 `--rounds` rounds, each timing next to the matmul probe of `perf/mfu`, so a busy machine moves
 both sides alike. Random tokens, all real; random rewards. Like the launcher, it restarts
-itself with huge pages (`launchers/huge_pages.py`).
+itself with huge pages (`rljax/launch/huge_pages.py`).
 
   .venv/bin/rljax fetch smollm2                    # the checkpoint, once
   python -m benchmarks.update_options             # about 6 minutes on 2 cores
@@ -27,10 +27,10 @@ import numpy as np
 import optax
 
 from benchmarks.rollout import machine
-from launchers.huge_pages import restart_with_huge_pages
 from rljax.algorithms import grpo
 from rljax.core.batch import make_batch
 from rljax.core.state import init_train_state
+from rljax.launch.huge_pages import restart_with_huge_pages
 from rljax.metrics.flops import MatmulProbe, model_flops
 from rljax.models import load_gguf
 from rljax.models.fetch import fetch_smollm2

@@ -1,4 +1,5 @@
-"""The `rljax` console script: `rljax report RUN_DIR [--out DIR]` and `rljax fetch MODEL`.
+"""The `rljax` console script: `rljax train|eval --config=FILE [--config.KEY=VALUE ...]`,
+`rljax report RUN_DIR [--out DIR]` and `rljax fetch MODEL`.
 
 argparse subcommands keep each tool a small function of its parsed arguments; `main` turns
 the errors a user can fix (a wrong path, an empty log) into one line on stderr and a non-zero
@@ -10,6 +11,19 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+
+
+def _launch(args: argparse.Namespace) -> int:
+    """`rljax train` / `rljax eval`: the launchers' absl flags, parsed by the launcher."""
+    from rljax.launch.huge_pages import restart_with_huge_pages
+
+    restart_with_huge_pages()  # before jax: glibc reads its tunables at process start
+    if args.command == "train":
+        from rljax.launch.train import launch
+    else:
+        from rljax.launch.eval import launch
+    launch([f"rljax {args.command}", *args.flags])  # exits
+    return 0
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -35,6 +49,13 @@ def _fetch(args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rljax", description="rljax command-line tools.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, what in (
+        ("train", "train with a config file (`rljax train --helpfull` lists the flags)"),
+        ("eval", "evaluate a run's checkpoint: pass@k, avg@n, greedy accuracy"),
+    ):
+        launcher = commands.add_parser(name, help=what, add_help=False, prefix_chars="\0")
+        launcher.add_argument("flags", nargs=argparse.REMAINDER, help="the launcher's flags")
+        launcher.set_defaults(handler=_launch)
     report = commands.add_parser(
         "report",
         help="write a PNG dashboard and a Markdown summary of a run's metrics.jsonl",

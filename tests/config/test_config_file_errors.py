@@ -11,7 +11,7 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from launchers.flags import parse_flags
+from rljax.launch.flags import parse_flags
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from launchers.huge_pages import TUNABLE, wanted, with_tunable
+from rljax.launch.huge_pages import TUNABLE, wanted, with_tunable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -35,7 +35,7 @@ def test_the_launcher_restarts_itself_once_with_the_tunable():
     """A process calling `restart_with_huge_pages` (as the launcher does first) carries on
     with the tunable set; with RLJAX_HUGE_PAGES=0 it carries on unchanged."""
     code = (
-        "import os; from launchers.huge_pages import restart_with_huge_pages; "
+        "import os; from rljax.launch.huge_pages import restart_with_huge_pages; "
         "restart_with_huge_pages(); print(os.environ.get('GLIBC_TUNABLES'))"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "RLJAX_HUGE_PAGES")}
