@@ -26,7 +26,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from rljax.config import validate_config
-from rljax.launch.flags import parse_flags
+from rljax.launch.flags import begin, parse_flags
 from rljax.train.builders import build_task
 from rljax.train.compile_cache import enable_compilation_cache
 from rljax.train.episodes import episodic_sample_eval, is_episodic
@@ -85,12 +85,7 @@ def run(config) -> tuple[dict, str]:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(
-            f"unexpected arguments {argv[1:]}; config values are set with --config.KEY=VALUE"
-        )
-    if not flags.FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)  # orbax and grain are chatty at INFO
+    begin(argv)
     try:
         report, out = run(_CONFIG.value)
     except (ValueError, OSError) as err:  # bad settings, a missing or corrupted checkpoint

@@ -9,7 +9,7 @@ import sys
 import types
 from typing import Any
 
-from absl import flags
+from absl import app, flags, logging
 from ml_collections import ConfigDict
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
@@ -130,3 +130,15 @@ def parse_flags(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) ->
         sys.exit(f"error: unknown config key {detail}")
     except OSError as err:  # overrides of a config file that failed to load
         sys.exit("error: " + " ".join(str(err).split()))
+
+
+def begin(argv: list[str]) -> None:
+    """What both launchers do first in `main`: refuse positional arguments (config values are
+    flags) and keep absl logging at WARNING unless -v/--verbosity was given (orbax and grain
+    are chatty at INFO)."""
+    if len(argv) > 1:
+        raise app.UsageError(
+            f"unexpected arguments {argv[1:]}; config values are set with --config.KEY=VALUE"
+        )
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)

@@ -19,7 +19,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from rljax.launch.flags import parse_flags
+from rljax.launch.flags import begin, parse_flags
 from rljax.parallel import distributed
 from rljax.train.disk import DiskFull
 from rljax.train.loop import train
@@ -38,12 +38,7 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in 
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(
-            f"unexpected arguments {argv[1:]}; config values are set with --config.KEY=VALUE"
-        )
-    if not flags.FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)  # orbax and grain are chatty at INFO
+    begin(argv)
     config = _CONFIG.value
     try:
         distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
