@@ -298,6 +298,20 @@ def prompt_batches(
     return iter(batched.to_iter_dataset(_READ_OPTIONS))
 
 
+def process_block(batch: dict[str, Any], index: int, count: int) -> dict[str, np.ndarray]:
+    """Rows [i * B / n, (i + 1) * B / n) of every field of a global `batch` (field -> [B, ...]):
+    what process i of n holds of it, the block the mesh gives its devices.
+
+    Raises:
+      ValueError: B not divisible by n.
+    """
+    b = len(next(iter(batch.values())))
+    if b % count:
+        raise ValueError(f"a global batch of {b} rows does not split over {count} processes")
+    rows = slice(index * b // count, (index + 1) * b // count)
+    return {k: np.asarray(v)[rows] for k, v in batch.items()}
+
+
 class HostRows:
     """This process's block of rows of every global batch from `batches`.
 
@@ -322,14 +336,7 @@ class HostRows:
         return self
 
     def __next__(self) -> dict[str, np.ndarray]:
-        batch = next(self.batches)
-        b = len(next(iter(batch.values())))
-        if b % self.count:
-            raise ValueError(
-                f"a global batch of {b} rows does not split over {self.count} processes"
-            )
-        rows = slice(self.index * b // self.count, (self.index + 1) * b // self.count)
-        return {k: np.asarray(v)[rows] for k, v in batch.items()}
+        return process_block(next(self.batches), self.index, self.count)
 
     def get_state(self) -> dict[str, Any]:
         return self.batches.get_state()

@@ -88,6 +88,7 @@ def build_collector(
       ValueError: for combinations the collectors do not support, naming the keys.
     """
     t, r, n = config.train, config.rollout, config.rollout.n_samples
+    whole = getattr(data, "batches", data)  # a multi-process run's HostRows: the whole batches
     check_overlap(config, task, algorithm)
     if is_episodic(task):
         return build_episode_collector(
@@ -120,7 +121,7 @@ def build_collector(
         )
         return UECCollector(  # decides on the whole batch: every process reads all prompts
             algorithm.collection,
-            getattr(data, "batches", data),
+            whole,
             shared_rollout(steps.rollout, mesh),
             shared_rollout(explore.rollout, mesh),
             task,
@@ -157,9 +158,8 @@ def build_collector(
         bool(components),
     )
     logprobs = shared_logprobs(steps.logprobs, mesh)
-    selected = getattr(data, "batches", data)  # a multi-process run's HostRows: the selector
-    if isinstance(selected, SelectedPromptBatches):
-        draw = WithFeedback(draw, selected, logprobs)
+    if isinstance(whole, SelectedPromptBatches):  # the selector
+        draw = WithFeedback(draw, whole, logprobs)
     lope = build_lope(config, task, tokenizer, batch_split)
     if lope is not None:
         lope_steps = sampler_steps(build_lope_rollout_config(config, tokenizer, lope.settings))
@@ -344,15 +344,13 @@ def check_multi_process(config: ConfigDict) -> None:
     Every jitted step is one program across all processes, so each must call it in lockstep.
     The collectors that decide on host data (DAPO's refill, prompt selection, replay, LoPE,
     ReMax, UEC-RL) decide on every process's rows (`rljax.train.lockstep`); the sampler's own
-    devices are a share of each process's (`split_devices`). Not yet: an overlapped sampler
-    thread (`check_overlap`).
+    devices are a share of each process's (`split_devices`, which `build_mesh` already ran).
+    Not yet: an overlapped sampler thread (`check_overlap`).
 
     Raises:
-      ValueError: `mesh.sampler_devices` or a replay batch's groups that do not split over
-        the processes.
+      ValueError: a replay batch whose groups do not split over the processes.
     """
     count = jax.process_count()
-    split_devices(config.mesh.sampler_devices)  # a share of the sampler's devices each
     groups = config.replay.groups or config.train.prompts_per_step
     if config.replay.name != "none" and groups % count:
         raise ValueError(

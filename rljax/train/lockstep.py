@@ -29,6 +29,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rljax.core.state import TrainState
+from rljax.data.pipeline import process_block
 from rljax.parallel.distributed import allgather, fetch, to_global, to_local
 from rljax.parallel.rules import DEFAULT_RULES
 from rljax.rollout.sampler import Rollout
@@ -45,15 +46,8 @@ def gather_rows(rows: dict[str, Any]) -> dict[str, np.ndarray]:
 
 def own_rows(rows: dict[str, Any]) -> dict[str, np.ndarray]:
     """This process's block of whole-batch `rows` (field -> [B, ...], B divisible by the
-    process count)."""
-    index, count = jax.process_index(), jax.process_count()
-    if count == 1:
-        return {k: np.asarray(v) for k, v in rows.items()}
-    b = len(next(iter(rows.values())))
-    if b % count:
-        raise ValueError(f"a whole batch of {b} rows does not split over {count} processes")
-    block = slice(index * b // count, (index + 1) * b // count)
-    return {k: np.asarray(v)[block] for k, v in rows.items()}
+    process count; `rljax.data.pipeline.process_block`)."""
+    return process_block(rows, jax.process_index(), jax.process_count())
 
 
 def gather_batch(batch: HostBatch) -> HostBatch:
@@ -74,8 +68,7 @@ def own_batch(batch: HostBatch) -> HostBatch:
             f"a batch of {batch.num_groups} groups does not split over {count} processes; "
             "make the group count (train.prompts_per_step, replay.groups) a multiple of it"
         )
-    per = batch.num_groups // count
-    return batch.take_groups(np.arange(jax.process_index() * per, (jax.process_index() + 1) * per))
+    return HostBatch(own_rows(batch.rows), batch.group_size)  # whole groups: rows in blocks
 
 
 def _placed(rows: tuple, mesh: Mesh) -> tuple:
