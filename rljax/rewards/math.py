@@ -32,6 +32,7 @@ The rules (interpretation; no single standard exists):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from fractions import Fraction
 
 # A signed integer or decimal, with optional thousands separators ("1,234.5"), or a fraction.
@@ -322,17 +323,21 @@ def math_equal(pred: str, ref: str) -> bool:
     )
 
 
-def math_reward(completion: str, answer: str) -> float:
-    """1.0 if the completion's extracted answer equals the reference (`math_equal`), else 0.0.
+def math_reward(
+    completion: str, answer: str, equal: Callable[[str, str], bool] = math_equal
+) -> float:
+    """1.0 if the completion's extracted answer equals the reference, else 0.0.
 
     Args:
       completion: decoded model output.
       answer: the reference answer; a full reference solution also works when it marks its
         answer with \\boxed{...} (MATH) or "#### X" (GSM8K).
+      equal: `(predicted, reference) -> bool`; `math_equal`, or another grader such as
+        `rljax.rewards.math_verify.math_verify_equal`.
 
     Returns:
       1.0 or 0.0.
     """
     pred = extract_answer(completion)
     ref = _marked_answer(answer)
-    return 1.0 if pred is not None and math_equal(pred, answer if ref is None else ref) else 0.0
+    return 1.0 if pred is not None and equal(pred, answer if ref is None else ref) else 0.0

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from rljax.rewards.math import _marked_answer, extract_answer
+from rljax.rewards.math import math_reward
 
 _TIMEOUT_S = 5
 
@@ -52,8 +52,4 @@ def math_verify_equal(pred: str, ref: str) -> bool:
 def math_verify_reward(completion: str, answer: str) -> float:
     """`rljax.rewards.math.math_reward` with `math_verify_equal` as the comparison: the same
     answer extraction (boxed, "####", "answer is", last number), then math-verify."""
-    pred = extract_answer(completion)
-    ref = _marked_answer(answer)
-    if pred is None:
-        return 0.0
-    return 1.0 if math_verify_equal(pred, answer if ref is None else ref) else 0.0
+    return math_reward(completion, answer, math_verify_equal)
