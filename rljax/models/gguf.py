@@ -1,4 +1,5 @@
-"""GGUF files (llama.cpp's format) -> rljax config and params (tokenizer: gguf_tokenizer.py).
+"""GGUF files (llama.cpp's format) -> rljax config and params (tokenizer: gguf_tokenizer.py),
+and trained params back into a GGUF laid out like the one they came from (`save_gguf`).
 
 A GGUF file holds the whole model: metadata (shape, RoPE, the tokenizer's vocabulary, merges and
 chat template) and the weights, often block-quantized (Q4_1, Q8_0, ...). We dequantize every
@@ -340,3 +341,97 @@ def load_gguf(
         _set_path(pure, spec.path, jnp.asarray(value))
     nnx.replace_by_pure_dict(params, stack_layers(pure))
     return config, graphdef, params
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing
+
+# What `save_gguf` may store the matrices as (norms and other vectors stay F32, as llama.cpp
+# keeps them), with the general.file_type each gives the file.
+GGUF_TYPES = {
+    "f32": ("F32", "ALL_F32"),
+    "f16": ("F16", "MOSTLY_F16"),
+    "q8_0": ("Q8_0", "MOSTLY_Q8_0"),
+}
+_HF_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3_text"}
+
+
+def _permute_qk(weight: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's q/k row permutation (the inverse of `_unpermute_qk`)."""
+    w = weight.reshape(heads, 2, weight.shape[0] // heads // 2, *weight.shape[1:])
+    return w.swapaxes(1, 2).reshape(weight.shape)
+
+
+def save_gguf(
+    path: str,
+    source: str,
+    config: TransformerConfig,
+    params: nnx.State | dict,
+    tensor_type: str = "f32",
+) -> None:
+    """Write params as a GGUF file laid out like `source`, the GGUF they were loaded from.
+
+    The metadata (architecture, shape, RoPE, tokenizer, chat template) is copied from
+    `source`, except general.file_type, which `tensor_type` sets; every tensor of `source` is
+    written from `params`, with llama.cpp's conventions put back (`load_gguf` takes them off):
+    a Llama's permuted q/k rows and Gemma 3's norms stored as 1 + w.
+
+    Args:
+      path: the .gguf file to write (its directory must exist).
+      source: the GGUF file `params` were loaded from (`load_gguf`).
+      config: the model's config (as `load_gguf` returned it).
+      params: an `nnx.State` (or its pure dict) of that config, e.g. after training.
+      tensor_type: the matrices' type, a key of GGUF_TYPES: "f32", "f16" or "q8_0" (llama.cpp's
+        8-bit blocks of 32; matrices whose rows do not split into blocks stay F16).
+
+    Raises:
+      FileNotFoundError / ValueError: as `load_gguf` for `source`; an unknown `tensor_type`;
+        params of another shape than the source's tensors.
+    """
+    import gguf
+
+    from rljax.models.hf import hf_tensors
+
+    if tensor_type not in GGUF_TYPES:
+        raise ValueError(f"tensor_type={tensor_type!r}; use one of {sorted(GGUF_TYPES)}")
+    source = os.fspath(source)
+    reader = _reader(source)
+    arch = _field(reader, "general.architecture")
+    if arch not in _ARCHITECTURES:
+        raise ValueError(f"{source}: general.architecture={arch!r} is not supported")
+    tensors = hf_tensors(config, params, _HF_MODEL_TYPES[arch])
+    qtype_name, file_type = GGUF_TYPES[tensor_type]
+    qtype = gguf.GGMLQuantizationType[qtype_name]
+    heads = {"q_proj": config.n_heads, "k_proj": config.n_kv_heads}
+
+    writer = gguf.GGUFWriter(path, arch)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key in ("general.architecture", "general.file_type"):
+            continue  # the header's counts, and what the writer or tensor_type sets
+        sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(key, field.contents(), field.types[0], sub_type)
+    writer.add_file_type(gguf.LlamaFileType[file_type])
+    for tensor in reader.tensors:
+        hf = _hf_name(tensor.name, config.n_layers, arch)
+        if hf not in tensors:
+            raise ValueError(f"{source}: tensor {tensor.name!r} has no counterpart in the params")
+        weight = np.asarray(tensors[hf], np.float32)
+        expected = tuple(int(d) for d in reversed(tensor.shape))
+        if weight.shape != expected:
+            raise ValueError(
+                f"{hf} has shape {weight.shape}, but {source} stores {tensor.name} as {expected}"
+            )
+        proj = hf.split(".")[-2]
+        if arch in _PERMUTED_QK and proj in heads:
+            weight = _permute_qk(weight, heads[proj])
+        if arch == "gemma3" and hf.endswith("norm.weight"):
+            weight = weight + 1.0
+        kind = qtype if weight.ndim > 1 else gguf.GGMLQuantizationType.F32
+        if kind == gguf.GGMLQuantizationType.Q8_0 and weight.shape[-1] % 32:
+            kind = gguf.GGMLQuantizationType.F16
+        data = gguf.quants.quantize(np.ascontiguousarray(weight), kind)
+        writer.add_tensor(tensor.name, data, raw_dtype=kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rljax.models.gguf import _field, _reader
-from rljax.models.tokenizer import HFTokenizer
+from rljax.models.tokenizer import HFTokenizer, byte_alphabet
 
 # llama.cpp token types (gguf.TokenType).
 _CONTROL, _USER_DEFINED = 3, 4
@@ -57,19 +57,6 @@ _PRE_TYPES = {
 }
 
 
-def _byte_alphabet() -> dict[int, str]:
-    """GPT-2's byte -> printable character table used by byte-level BPE vocabularies."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
-
-
 class GGUFTokenizer(HFTokenizer):
     """An `HFTokenizer` built from GGUF metadata, plus the file's chat template.
 
@@ -93,6 +80,13 @@ class GGUFTokenizer(HFTokenizer):
         self.chat_template = chat_template
         self.add_bos_token = add_bos_token
         self._template = None
+
+    def tokenizer_config(self) -> dict[str, Any]:
+        """The special tokens, the chat template and the BOS flag."""
+        config = {**super().tokenizer_config(), "add_bos_token": self.add_bos_token}
+        if self.chat_template is not None:
+            config["chat_template"] = self.chat_template
+        return config
 
     def _token(self, token_id: int | None) -> str | None:
         return None if token_id is None else self._tok.id_to_token(token_id)
@@ -266,7 +260,7 @@ def _byte_level(reader, path: str, tokens: list[str], types: list[int]):
     pre = _field(reader, "tokenizer.ggml.pre", "default")
     pre_tokenizer, ignore_merges = _pre_tokenizer(pre, path)
 
-    spell = _byte_alphabet()
+    spell = byte_alphabet()
     alphabet = set(spell.values())
     vocab: dict[str, int] = {}
     added = []

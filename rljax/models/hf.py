@@ -448,6 +448,21 @@ def _family_to_hf(config: TransformerConfig, model_type: str) -> dict[str, Any]:
     }
 
 
+def fitting_model_type(config: TransformerConfig) -> str:
+    """The Hugging Face family whose checkpoint holds `config` (`config_to_hf` still refuses
+    what none can express, e.g. an output bias without q/k/v biases)."""
+    if any(getattr(config, field) for field in ("norm_unit_offset", "sandwich_norms")):
+        return _GEMMA3
+    if config.qk_norm:
+        return "qwen3_moe" if config.num_experts else "qwen3"
+    if config.num_experts:
+        return "mixtral"
+    windows = config.layer_windows
+    if (config.qkv_bias and not config.o_bias) or len(set(windows)) > 1:
+        return "qwen2"
+    return "mistral" if any(windows) else "llama"
+
+
 def config_to_hf(config: TransformerConfig, model_type: str = "qwen2") -> dict[str, Any]:
     """A `config.json` dict transformers can load (both its 4.x and 5.x rope fields are written)."""
     if model_type not in _ARCHITECTURES:
@@ -870,31 +885,16 @@ def _shards(tensors: dict[str, np.ndarray], shard_size: int | None) -> list[dict
     return shards
 
 
-def save_hf_checkpoint(
-    path: str,
-    config: TransformerConfig,
-    params: nnx.State,
-    model_type: str = "qwen2",
-    shard_size: int | None = None,
-    extra_config: dict[str, Any] | None = None,
-) -> None:
-    """Write params as a Hugging Face checkpoint directory that transformers can load.
+def hf_tensors(
+    config: TransformerConfig, params: nnx.State | dict, model_type: str | None = None
+) -> dict[str, np.ndarray]:
+    """Params as the tensors of a `model_type` Hugging Face checkpoint, by HF name (numpy,
+    HF layout and dtype as stored): what `save_hf_checkpoint` writes and the GGUF export
+    renames.
 
-    Args:
-      path: output directory (created if needed). Old model*.safetensors files and the index
-        in it are removed first, so a stale single file can never shadow new shards.
-      config: the model's config.
-      params: an `nnx.State` (or its pure dict) of that config.
-      model_type: "qwen2" (q/k/v biases, no output bias; sliding windows on any layers),
-        "llama" (attention_bias sets both), "qwen3" (q/k norms; attention_bias as Llama),
-        "qwen3_moe" (Qwen3 with experts), "mistral" (no biases; one window on every layer
-        or none) or "mixtral" (Mistral with a mixture of experts, norm_topk_prob=True).
-      shard_size: maximum bytes per file; when the weights exceed it they are written as
-        model-0000i-of-0000N.safetensors shards plus model.safetensors.index.json.
-      extra_config: additional config.json fields (e.g. bos_token_id, max_position_embeddings).
+    Raises:
+      ValueError: params that lack a tensor of the config or have another shape.
     """
-    hf_config = config_to_hf(config, model_type)
-    hf_config.update(extra_config or {})
     pure = params if isinstance(params, dict) else nnx.to_pure_dict(params)
     if "layers" in pure:  # the spec paths name layers one by one
         pure = unstack_layers(pure)
@@ -918,7 +918,36 @@ def save_hf_checkpoint(
             tensors.update(zip(spec.hf_names, map(np.ascontiguousarray, hf_value)))
         else:
             tensors[spec.hf_name] = hf_value
+    return tensors
 
+
+def save_hf_checkpoint(
+    path: str,
+    config: TransformerConfig,
+    params: nnx.State,
+    model_type: str = "qwen2",
+    shard_size: int | None = None,
+    extra_config: dict[str, Any] | None = None,
+) -> None:
+    """Write params as a Hugging Face checkpoint directory that transformers can load.
+
+    Args:
+      path: output directory (created if needed). Old model*.safetensors files and the index
+        in it are removed first, so a stale single file can never shadow new shards.
+      config: the model's config.
+      params: an `nnx.State` (or its pure dict) of that config.
+      model_type: "qwen2" (q/k/v biases, no output bias; sliding windows on any layers),
+        "llama" (attention_bias sets both), "qwen3" (q/k norms; attention_bias as Llama),
+        "qwen3_moe" (Qwen3 with experts), "mistral" (no biases; one window on every layer
+        or none), "mixtral" (Mistral with a mixture of experts, norm_topk_prob=True) or
+        "gemma3_text" (`fitting_model_type` picks one for a config).
+      shard_size: maximum bytes per file; when the weights exceed it they are written as
+        model-0000i-of-0000N.safetensors shards plus model.safetensors.index.json.
+      extra_config: additional config.json fields (e.g. bos_token_id, max_position_embeddings).
+    """
+    hf_config = config_to_hf(config, model_type)
+    hf_config.update(extra_config or {})
+    tensors = hf_tensors(config, params, model_type)
     os.makedirs(path, exist_ok=True)
     stale = [os.path.join(path, _SINGLE_FILE), os.path.join(path, _INDEX_FILE)]
     stale += glob.glob(os.path.join(path, "model-*-of-*.safetensors"))

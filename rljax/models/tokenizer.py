@@ -39,6 +39,29 @@ class Tokenizer(Protocol):
     def eos_id(self) -> int: ...
 
 
+def byte_alphabet() -> dict[int, str]:
+    """GPT-2's byte -> printable character table used by byte-level BPE vocabularies."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def _write_tokenizer_files(path: str, backend: Any, config: dict[str, Any]) -> None:
+    """tokenizer.json (a `tokenizers.Tokenizer`) and tokenizer_config.json (`config`, as a
+    `PreTrainedTokenizerFast`) in `path`, which transformers' AutoTokenizer loads."""
+    os.makedirs(path, exist_ok=True)
+    backend.save(os.path.join(path, "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", **config}
+    with open(os.path.join(path, "tokenizer_config.json"), "w", encoding="utf-8") as fh:
+        json.dump(config, fh, indent=2, sort_keys=True, ensure_ascii=False)
+
+
 class ByteTokenizer(Tokenizer):
     """UTF-8 bytes as ids 0..255, then pad=256, bos=257, eos=258 (vocab 259).
 
@@ -85,6 +108,26 @@ class ByteTokenizer(Tokenizer):
     @property
     def eos_id(self) -> int:
         return 258
+
+    def save_pretrained(self, path: str) -> None:
+        """Write tokenizer.json and tokenizer_config.json that transformers loads as the same
+        tokenizer: a byte-level BPE whose 256 symbols are the bytes (ids 0..255) with no
+        merges, then the three special tokens."""
+        import tokenizers
+
+        vocab = {char: byte for byte, char in byte_alphabet().items()}
+        backend = tokenizers.Tokenizer(tokenizers.models.BPE(vocab, merges=[]))
+        backend.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(
+            add_prefix_space=False, use_regex=False
+        )
+        backend.decoder = tokenizers.decoders.ByteLevel()
+        backend.add_special_tokens([self._SPECIAL_NAMES[i] for i in sorted(self._SPECIAL_NAMES)])
+        names = {"pad_token": 256, "bos_token": 257, "eos_token": 258}
+        _write_tokenizer_files(
+            path,
+            backend,
+            {**{key: self._SPECIAL_NAMES[i] for key, i in names.items()}, "add_bos_token": False},
+        )
 
 
 def _read_json(path: str) -> dict[str, Any]:
@@ -193,6 +236,16 @@ class HFTokenizer(Tokenizer):
     def vocab_size(self) -> int:
         """Ids the tokenizer can produce (with added tokens); a model's vocab may be larger."""
         return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def tokenizer_config(self) -> dict[str, Any]:
+        """The tokenizer_config.json fields `save_pretrained` writes: the special tokens."""
+        tokens = {"bos_token": self._bos_id, "eos_token": self._eos_id, "pad_token": self._pad_id}
+        return {key: self._tok.id_to_token(i) for key, i in tokens.items() if i is not None}
+
+    def save_pretrained(self, path: str) -> None:
+        """Write tokenizer.json and tokenizer_config.json (special tokens, and what
+        `tokenizer_config` adds) that transformers' AutoTokenizer loads."""
+        _write_tokenizer_files(path, self._tok, self.tokenizer_config())
 
     @property
     def pad_id(self) -> int:

@@ -9,7 +9,14 @@ from rljax.train.builders import (
 from rljax.train.checkpoint import Checkpointer
 from rljax.train.collector import Collection, Collector, GroupCollector, refill
 from rljax.train.critic import critic_values, init_critic
-from rljax.train.evaluation import greedy_eval, pass_at_k, restore_policy, sample_eval
+from rljax.train.evaluation import (
+    greedy_eval,
+    pass_at_k,
+    restore_checkpoint,
+    restore_policy,
+    sample_eval,
+)
+from rljax.train.export import export_run
 from rljax.train.guard import SkipGuard
 from rljax.train.host_batch import HostBatch
 from rljax.train.kinds import PolicyKind, policy_kind
@@ -50,8 +57,10 @@ __all__ = [
     "token_logprobs_and_entropy",
     "greedy_eval",
     "pass_at_k",
+    "restore_checkpoint",
     "restore_policy",
     "sample_eval",
+    "export_run",
     "SkipGuard",
     "train",
     "make_sft_step",

@@ -4,7 +4,8 @@ Training logs greedy accuracy (`greedy_eval`); what RL changes is often the
 spread of the sampled answers, which pass@k at several k shows. Each problem gets n samples
 at the evaluation temperature (top_k/top_p from `rollout.*`) and one greedy decode; pass@k
 uses the unbiased estimator of Chen et al. 2021. `restore_policy` loads a training run's
-policy from its checkpoints with the same config, so model, task and prompt format match.
+policy from its checkpoints with the same config, so model, task and prompt format match
+(`restore_checkpoint`: the whole train state, e.g. LoRA adapters apart from their base).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from flax import nnx
 from jax.sharding import Mesh, PartitionSpec
 from ml_collections import ConfigDict
 
+from rljax.core.state import TrainState
 from rljax.data.tasks import Task
+from rljax.models.config import TransformerConfig
 from rljax.models.lora import merged_params
 from rljax.models.tokenizer import Tokenizer
 from rljax.parallel.distributed import fetch, to_global
@@ -74,42 +77,37 @@ def pass_at_k(correct: np.ndarray, n: int, k: int) -> np.ndarray:
     return 1.0 - fail
 
 
-def restore_policy(
-    config: ConfigDict, step: int | None = None
-) -> tuple[int, Tokenizer, nnx.GraphDef, nnx.State]:
-    """A training run's policy, from `run_dir/checkpoints`, placed on the run's mesh.
+class Restored(NamedTuple):
+    """A training run's checkpoint as `restore_checkpoint` gives it."""
+
+    step: int
+    tokenizer: Tokenizer
+    model_config: TransformerConfig
+    graphdef: nnx.GraphDef
+    state: TrainState  # placed on the run's mesh
+
+
+def restore_checkpoint(config: ConfigDict, step: int | None = None) -> Restored:
+    """A training run's train state, from `run_dir/checkpoints`, placed on the run's mesh.
 
     Args:
       config: the training run's config (validated: `rljax.config.validate_config`).
-      step: the checkpoint's step; None the newest; 0 the model as `model.*` builds it
-        (before any training, without the SFT warm start), needing no checkpoint.
-
-    Returns:
-      (step, tokenizer, graphdef, params).
+      step: the checkpoint's step; None the newest.
 
     Raises:
       FileNotFoundError: no checkpoint directory, no complete checkpoint, or none at `step`;
         the message names the directory.
-      ValueError: a negative step, or a checkpoint that does not fit the config's train state.
+      ValueError: a step < 1, or a checkpoint that does not fit the config's train state.
     """
-    if step is not None and step < 0:
-        raise ValueError(f"step={step} must be >= 0 (0: the untrained model; None: the newest)")
-    if config.model.kind != "causal":
-        raise ValueError(
-            f"model.kind={config.model.kind!r}: restoring and sampling a policy here supports "
-            "causal LMs only; a diffusion run's greedy evaluations are in its metrics.jsonl"
-        )
+    if step is not None and step < 1:
+        raise ValueError(f"step={step} must be >= 1 (None: the newest checkpoint)")
+    _check_causal(config)
     directory = os.path.join(os.path.abspath(config.run_dir), "checkpoints")
-    missing = (
-        f"no checkpoint in {directory}; train with this config and run_dir first, or evaluate "
-        "the untrained model with step 0 (--step=0)"
-    )
-    if step != 0 and not os.path.isdir(directory):  # before building anything: fails fast
+    missing = f"no checkpoint in {directory}; train with this config and run_dir first"
+    if not os.path.isdir(directory):  # before building anything: fails fast
         raise FileNotFoundError(missing)
     tokenizer, model_config, graphdef, params = build_policy(config)
     mesh = build_mesh(config)
-    if step == 0:
-        return 0, tokenizer, graphdef, shard_params(params, mesh)
     checkpointer = Checkpointer(
         directory,
         config.train.max_checkpoints,
@@ -128,7 +126,48 @@ def restore_policy(
         state, _ = checkpointer.restore(step, like)
     finally:
         checkpointer.close()
-    return step, tokenizer, graphdef, merged_params(state)
+    return Restored(step, tokenizer, model_config, graphdef, state)
+
+
+def _check_causal(config: ConfigDict) -> None:
+    if config.model.kind != "causal":
+        raise ValueError(
+            f"model.kind={config.model.kind!r}: restoring and sampling a policy here supports "
+            "causal LMs only; a diffusion run's greedy evaluations are in its metrics.jsonl"
+        )
+
+
+def restore_policy(
+    config: ConfigDict, step: int | None = None
+) -> tuple[int, Tokenizer, nnx.GraphDef, nnx.State]:
+    """A training run's policy, from `run_dir/checkpoints`, placed on the run's mesh.
+
+    Args:
+      config: the training run's config (validated: `rljax.config.validate_config`).
+      step: the checkpoint's step; None the newest; 0 the model as `model.*` builds it
+        (before any training, without the SFT warm start), needing no checkpoint.
+
+    Returns:
+      (step, tokenizer, graphdef, params), LoRA adapters merged into the base.
+
+    Raises:
+      FileNotFoundError: no checkpoint directory, no complete checkpoint, or none at `step`;
+        the message names the directory.
+      ValueError: a negative step, or a checkpoint that does not fit the config's train state.
+    """
+    if step is not None and step < 0:
+        raise ValueError(f"step={step} must be >= 0 (0: the untrained model; None: the newest)")
+    if step != 0:
+        try:
+            restored = restore_checkpoint(config, step)
+        except FileNotFoundError as err:
+            raise FileNotFoundError(
+                f"{err}, or evaluate the untrained model with step 0 (--step=0)"
+            ) from None
+        return restored.step, restored.tokenizer, restored.graphdef, merged_params(restored.state)
+    _check_causal(config)
+    tokenizer, _, graphdef, params = build_policy(config)
+    return 0, tokenizer, graphdef, shard_params(params, build_mesh(config))
 
 
 def eval_batches(

@@ -38,6 +38,7 @@ import jax
 from absl import logging
 from ml_collections import ConfigDict
 
+from rljax.config import config_from_json, validate_config
 from rljax.config.schema import SCHEMA, Key
 from rljax.metrics.writers import keep_records_until
 from rljax.parallel.distributed import from_lead
@@ -219,6 +220,26 @@ class _Unset:
 
 
 _UNSET = _Unset()
+
+
+def stored_config(path: str) -> ConfigDict:
+    """The validated config a run stored in `path/config.json`, with `run_dir` set to `path`
+    as it is now (the directory may have moved since training).
+
+    Raises:
+      FileNotFoundError: no config.json in `path` (or no such directory).
+      ValueError: the stored config does not validate.
+    """
+    path = os.path.abspath(path)
+    file = os.path.join(path, CONFIG)
+    if not os.path.isfile(file):
+        raise FileNotFoundError(
+            f"{path} has no {CONFIG}: pass the run_dir of a training run (what `rljax train` wrote)"
+        )
+    with open(file, encoding="utf-8") as f:
+        config = validate_config(config_from_json(json.load(f)))
+    config.run_dir = path
+    return config
 
 
 def changed_keys(stored: dict[str, Any], config: ConfigDict) -> list[tuple[str, Any, Any]]:

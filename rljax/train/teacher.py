@@ -13,8 +13,6 @@ on its own distribution (on-policy), with dense per-token feedback.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -25,11 +23,11 @@ import numpy as np
 from flax import nnx
 from ml_collections import ConfigDict
 
-from rljax.config import config_from_json, validate_config
 from rljax.models.tokenizer import Tokenizer
 from rljax.train.collector import Draw, Drawn
 from rljax.train.evaluation import restore_policy
 from rljax.train.logprobs import policy_states, token_stats, token_top_k
+from rljax.train.run_dir import stored_config
 from rljax.train.staleness import Policies
 from rljax.train.timing import add_time
 
@@ -56,16 +54,14 @@ def load_teacher(config: ConfigDict, tokenizer: Tokenizer) -> Teacher:
         special ids), its config.json does not validate, or its run is not a causal LM.
     """
     section = config.teacher
-    run_dir = os.path.abspath(section.run_dir)
-    path = os.path.join(run_dir, "config.json")
-    if not os.path.isfile(path):
+    try:
+        teacher_config = stored_config(section.run_dir)
+    except FileNotFoundError:
         raise FileNotFoundError(
             f"teacher.run_dir={section.run_dir!r} has no config.json: point it at the run "
             "directory of a trained policy (what launchers.train wrote)"
-        )
-    with open(path, encoding="utf-8") as f:
-        teacher_config = validate_config(config_from_json(json.load(f)))
-    teacher_config.run_dir = run_dir
+        ) from None
+    run_dir = teacher_config.run_dir
     step = None if section.step < 0 else section.step
     step, teacher_tokenizer, graphdef, params = restore_policy(teacher_config, step)
     mine = (tokenizer.vocab_size, tokenizer.eos_id, tokenizer.pad_id)

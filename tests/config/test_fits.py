@@ -14,7 +14,7 @@ from rljax.models import create_model, save_hf_checkpoint
 from rljax.models.config import TransformerConfig
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "models"))
-from test_gguf import _write  # noqa: E402  (the tiny GGUF writer; context_length 256)
+from gguf_files import write_gguf  # noqa: E402  (the tiny GGUF writer; context_length 256)
 
 
 def _error(config) -> str:
@@ -58,7 +58,7 @@ def test_the_bound_is_the_kv_cache_plus_the_logits_chunk(monkeypatch):
 
 def test_a_gguf_files_context_length_bounds_prompt_plus_completion(tmp_path):
     path = str(tmp_path / "tiny.gguf")
-    _write(path)
+    write_gguf(path)
     config = get_config()
     config.model.checkpoint = path
     config.task.max_prompt_len = 6

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from tokenizers.pre_tokenizers import ByteLevel
+from gguf_files import HD, HEADS, KV, LAYERS, D, F, permute, vocabulary, write_gguf
 
 from rljax.models import (
     HFTokenizer,
@@ -26,19 +26,16 @@ from rljax.models import (
 from rljax.models.transformer import unstack_layers
 
 Q = gguf.GGMLQuantizationType
-_D, _F, _HEADS, _KV, _LAYERS = 64, 128, 4, 2, 2
-_HD = _D // _HEADS
-_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>"]  # last is user-defined
-_MERGES = [
-    "Ġ t", "h e", "Ġt he", "Ġ Ġ", "ĠĠ Ġ", "i n", "Ġ a", "e r", "o n", "r e", "Ġ w", "o r",
-    "l l", "Ġw or", "l d", "Ġwor ld", "Ċ Ċ", "Ġ 1", "1 2", "Ġ h", "Ġh e", "Ġhe ll", "e l", "d e",
-]  # fmt: skip
-_TEMPLATE = (
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are tiny.<|im_end|>\n' }}{% endif %}"
-    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
+
+_MIXED = {
+    "blk.0.ffn_up.weight": Q.Q8_0,
+    "blk.1.attn_q.weight": Q.Q4_1,
+    "blk.1.attn_k.weight": Q.Q4_0,
+    "blk.0.ffn_down.weight": Q.BF16,
+    "token_embd.weight": Q.F16,
+}
+
+
 _STRINGS = [
     "hello world",
     "the weather",
@@ -51,115 +48,6 @@ _STRINGS = [
     "a <think> b",
 ]
 _DIGITS = ["12345 678", "x 12 y", "a  1", "tab\t 12  \n 3", "x²"]
-
-
-def _tokens() -> list[str]:
-    """Specials, the 256 byte-alphabet characters, then one token per merge."""
-    merged = ["".join(m.split(" ")) for m in _MERGES]
-    return _SPECIALS + sorted(ByteLevel.alphabet()) + merged
-
-
-def _permute(w: np.ndarray, heads: int) -> np.ndarray:
-    """llama.cpp's converter: HF rotate-half q/k rows -> interleaved (the inverse of loading)."""
-    return (
-        w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-    )
-
-
-def _hf_weights(arch: str, tie: bool, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random weights under their GGUF names, in HF [out, in] layout (q/k not yet permuted)."""
-    rng = np.random.default_rng(seed)
-    vocab = len(_tokens())
-    normal = lambda *shape: (0.1 * rng.standard_normal(shape)).astype(np.float32)  # noqa: E731
-    w = {"token_embd.weight": normal(vocab, _D), "output_norm.weight": 1 + normal(_D)}
-    if not tie:
-        w["output.weight"] = normal(vocab, _D)
-    for i in range(_LAYERS):
-        b = f"blk.{i}."
-        w |= {
-            b + "attn_norm.weight": 1 + normal(_D),
-            b + "ffn_norm.weight": 1 + normal(_D),
-            b + "attn_q.weight": normal(_HEADS * _HD, _D),
-            b + "attn_k.weight": normal(_KV * _HD, _D),
-            b + "attn_v.weight": normal(_KV * _HD, _D),
-            b + "attn_output.weight": normal(_D, _HEADS * _HD),
-            b + "ffn_gate.weight": normal(_F, _D),
-            b + "ffn_up.weight": normal(_F, _D),
-            b + "ffn_down.weight": normal(_D, _F),
-        }
-        if arch == "qwen2":
-            w |= {b + "attn_q.bias": normal(_HEADS * _HD), b + "attn_k.bias": normal(_KV * _HD)}
-            w |= {b + "attn_v.bias": normal(_KV * _HD)}
-    return w
-
-
-_MIXED = {
-    "blk.0.ffn_up.weight": Q.Q8_0,
-    "blk.1.attn_q.weight": Q.Q4_1,
-    "blk.1.attn_k.weight": Q.Q4_0,
-    "blk.0.ffn_down.weight": Q.BF16,
-    "token_embd.weight": Q.F16,
-}
-
-
-def _write(
-    path: str,
-    arch: str = "llama",
-    pre: str = "smollm",
-    tie: bool = True,
-    qtypes: dict[str, Q] | None = None,
-    extra: dict[str, np.ndarray] | None = None,
-    raw: dict[str, tuple[np.ndarray, Q | None]] | None = None,
-) -> dict[str, np.ndarray]:
-    """Write a tiny GGUF the way llama.cpp's converter would; returns the HF-layout weights.
-
-    `qtypes` quantizes tensors, `extra` adds tensors, `raw` replaces a tensor by given bytes and
-    GGML type (None: inferred from the numpy dtype).
-    """
-    weights = _hf_weights(arch, tie)
-    tokens = _tokens()
-    writer = gguf.GGUFWriter(path, arch)
-    writer.add_name("tiny")
-    writer.add_context_length(256)
-    writer.add_embedding_length(_D)
-    writer.add_block_count(_LAYERS)
-    writer.add_feed_forward_length(_F)
-    writer.add_head_count(_HEADS)
-    writer.add_head_count_kv(_KV)
-    writer.add_rope_dimension_count(_HD)
-    writer.add_rope_freq_base(50000.0)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_vocab_size(len(tokens))
-    writer.add_file_type(0)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(pre)
-    writer.add_token_list(tokens)
-    writer.add_token_types([3, 3, 3, 4] + [1] * (len(tokens) - 4))
-    writer.add_token_merges(_MERGES)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_pad_token_id(0)
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(_TEMPLATE)
-    for name, value in (weights | (extra or {})).items():
-        if arch == "llama" and ".attn_q." in name:
-            value = _permute(value, _HEADS)
-        elif arch == "llama" and ".attn_k." in name:
-            value = _permute(value, _KV)
-        kind = (qtypes or {}).get(name, Q.F32)
-        if name in (raw or {}):
-            writer.add_tensor(name, raw[name][0], raw_dtype=raw[name][1])
-        elif kind == Q.F32:
-            writer.add_tensor(name, value)
-        elif kind == Q.F16:
-            writer.add_tensor(name, value.astype(np.float16))
-        else:
-            writer.add_tensor(name, gguf.quants.quantize(value, kind), raw_dtype=kind)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return weights
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +63,7 @@ def files(tmp_path_factory):
         "gpt2": dict(pre="gpt2"),
     }.items():
         path = str(root / f"{name}.gguf")
-        out[name] = (path, _write(path, **kwargs))
+        out[name] = (path, write_gguf(path, **kwargs))
     return out
 
 
@@ -185,8 +73,8 @@ def files(tmp_path_factory):
 
 def test_config_comes_from_the_metadata(files):
     config, _, _ = load_gguf(files["llama"][0], dtype="bfloat16")
-    assert (config.vocab_size, config.d_model, config.n_layers) == (len(_tokens()), _D, _LAYERS)
-    assert (config.n_heads, config.n_kv_heads, config.d_ff) == (_HEADS, _KV, _F)
+    assert (config.vocab_size, config.d_model, config.n_layers) == (len(vocabulary()), D, LAYERS)
+    assert (config.n_heads, config.n_kv_heads, config.d_ff) == (HEADS, KV, F)
     assert (config.rope_theta, config.rms_eps) == (50000.0, pytest.approx(1e-5))
     assert config.tie_embeddings and not config.qkv_bias and config.dtype == "bfloat16"
     assert not load_gguf(files["untied"][0])[0].tie_embeddings
@@ -202,17 +90,17 @@ def test_f32_weights_come_back_in_hf_layout(files, name):
     layer = pure["layers"][1]
     np.testing.assert_array_equal(pure["embed"], hf["token_embd.weight"])
     np.testing.assert_array_equal(
-        layer["attn"]["q_proj"], hf["blk.1.attn_q.weight"].T.reshape(_D, _HEADS, _HD)
+        layer["attn"]["q_proj"], hf["blk.1.attn_q.weight"].T.reshape(D, HEADS, HD)
     )
     np.testing.assert_array_equal(
-        layer["attn"]["k_proj"], hf["blk.1.attn_k.weight"].T.reshape(_D, _KV, _HD)
+        layer["attn"]["k_proj"], hf["blk.1.attn_k.weight"].T.reshape(D, KV, HD)
     )
     np.testing.assert_array_equal(layer["mlp"]["down_proj"], hf["blk.1.ffn_down.weight"].T)
     np.testing.assert_array_equal(layer["mlp_norm"]["weight"], hf["blk.1.ffn_norm.weight"])
     assert ("lm_head" in pure) == (name == "untied")
     if name == "qwen2":
         np.testing.assert_array_equal(
-            layer["attn"]["k_bias"], hf["blk.1.attn_k.bias"].reshape(_KV, _HD)
+            layer["attn"]["k_bias"], hf["blk.1.attn_k.bias"].reshape(KV, HD)
         )
 
 
@@ -227,11 +115,11 @@ def test_quantized_weights_dequantize_like_gguf(files):
     up = round_trip("blk.0.ffn_up.weight")
     np.testing.assert_array_equal(pure["layers"][0]["mlp"]["up_proj"], up.T)
     assert np.abs(up - hf["blk.0.ffn_up.weight"]).max() < 0.01  # Q8_0 is close, not exact
-    q = _permute(hf["blk.1.attn_q.weight"], _HEADS)
+    q = permute(hf["blk.1.attn_q.weight"], HEADS)
     q = gguf.quants.dequantize(gguf.quants.quantize(q, Q.Q4_1), Q.Q4_1)
     np.testing.assert_array_equal(
         pure["layers"][1]["attn"]["q_proj"],
-        np.asarray(_unpermute(q, _HEADS)).T.reshape(_D, _HEADS, _HD),
+        np.asarray(_unpermute(q, HEADS)).T.reshape(D, HEADS, HD),
     )
     np.testing.assert_array_equal(pure["embed"], round_trip("token_embd.weight"))
     _, _, bf16 = load_gguf(path, param_dtype="bfloat16")
@@ -264,21 +152,21 @@ def test_errors(tmp_path):
     with pytest.raises(ValueError, match="architecture='falcon' is not supported"):
         load_gguf(falcon)
 
-    rows, cols = _F, _D  # Q8_1: a block type gguf can store but not dequantize
+    rows, cols = F, D  # Q8_1: a block type gguf can store but not dequantize
     block, size = gguf.GGML_QUANT_SIZES[Q.Q8_1]
     raw = np.zeros((rows, cols // block * size), np.uint8)
     bad = str(tmp_path / "q8_1.gguf")
-    _write(bad, raw={"blk.0.ffn_up.weight": (raw, Q.Q8_1)})
+    write_gguf(bad, raw={"blk.0.ffn_up.weight": (raw, Q.Q8_1)})
     with pytest.raises(ValueError, match=r"'blk.0.ffn_up.weight' has type Q8_1"):
         load_gguf(bad)
 
     ints = str(tmp_path / "int.gguf")
-    _write(ints, raw={"blk.0.ffn_up.weight": (np.zeros((rows, cols), np.int32), None)})
+    write_gguf(ints, raw={"blk.0.ffn_up.weight": (np.zeros((rows, cols), np.int32), None)})
     with pytest.raises(ValueError, match="integer type I32"):
         load_gguf(ints)
 
     extra = str(tmp_path / "extra.gguf")
-    _write(extra, extra={"blk.0.ffn_gate_exps.weight": np.zeros((4, _D), np.float32)})
+    write_gguf(extra, extra={"blk.0.ffn_gate_exps.weight": np.zeros((4, D), np.float32)})
     with pytest.raises(ValueError, match="ffn_gate_exps"):
         load_gguf(extra)
 
@@ -287,7 +175,7 @@ def test_errors(tmp_path):
 def test_truncated_file_names_it(keep, tmp_path):
     """A download cut off in the metadata, the tensor table or the data: one ValueError."""
     path = tmp_path / "cut.gguf"
-    _write(str(path))
+    write_gguf(str(path))
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])
     with pytest.raises(ValueError, match=rf"^{path} is damaged \(truncated\?\).*re-download it$"):
@@ -302,13 +190,13 @@ def test_tokenizer_specials_round_trip_and_digits(files):
     tok = gguf_tokenizer(files["llama"][0])
     assert isinstance(tok, HFTokenizer)
     assert (tok.bos_id, tok.eos_id, tok.pad_id, tok.add_bos_token) == (1, 2, 0, False)
-    assert tok.vocab_size == len(_tokens())
+    assert tok.vocab_size == len(vocabulary())
     ids = tok.encode("<|im_start|>user<think><|im_end|>")
     assert ids[0] == 1 and ids[-1] == 2 and 3 in ids  # control and user-defined stay whole
     assert tok.decode(ids) == "user<think>"  # control tokens are special, <think> is not
     for text in _STRINGS:
         assert tok.decode(tok.encode(text), skip_special=False) == text
-    vocab = {t: i for i, t in enumerate(_tokens())}
+    vocab = {t: i for i, t in enumerate(vocabulary())}
     assert tok.encode(" the") == [vocab["Ġthe"]]
     # "smollm" isolates every digit, so the merges "Ġ 1" and "1 2" never apply.
     assert tok.encode(" 12") == [vocab["Ġ"], vocab["1"], vocab["2"]]
@@ -349,7 +237,7 @@ def _digit_split_reference(hf_tok, text: str) -> list[int]:
 def test_tokenizer_matches_transformers(tmp_path, pre):
     """Same ids as transformers' GGUF tokenizer; for "smollm" digits, as llama.cpp splits."""
     path = str(tmp_path / f"{pre}.gguf")
-    _write(path, pre=pre)
+    write_gguf(path, pre=pre)
     ours, theirs = gguf_tokenizer(path), _hf_tokenizer(path)
     for text in _STRINGS + ([] if pre == "smollm" else _DIGITS):
         assert ours.encode(text) == theirs.encode(text, add_special_tokens=False), text

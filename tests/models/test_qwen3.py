@@ -272,10 +272,10 @@ def _write_qwen3_gguf(path: str, head_dim: int = 128) -> dict[str, np.ndarray]:
     attn_k_norm per head); returns its weights by GGUF name. head_dim 128 because transformers'
     GGUF loader ignores attention.key_length for qwen3 and falls back on Qwen3Config's 128."""
     import gguf
-    from test_gguf import _MERGES, _tokens  # the tiny byte-level BPE vocabulary
+    from gguf_files import MERGES, vocabulary  # the tiny byte-level BPE vocabulary
 
     d, f, heads, kv, layers = 64, 96, 4, 2, 2
-    tokens = _tokens()
+    tokens = vocabulary()
     rng = np.random.default_rng(5)
     normal = lambda *shape: (0.1 * rng.standard_normal(shape)).astype(np.float32)  # noqa: E731
     weights = {"token_embd.weight": normal(len(tokens), d), "output_norm.weight": 1 + normal(d)}
@@ -310,7 +310,7 @@ def _write_qwen3_gguf(path: str, head_dim: int = 128) -> dict[str, np.ndarray]:
     writer.add_tokenizer_pre("qwen2")
     writer.add_token_list(tokens)
     writer.add_token_types([3, 3, 3, 4] + [1] * (len(tokens) - 4))
-    writer.add_token_merges(_MERGES)
+    writer.add_token_merges(MERGES)
     writer.add_eos_token_id(2)
     for name, value in weights.items():
         writer.add_tensor(name, value)

@@ -1,0 +1,170 @@
+"""A training run's policy for other tools: `rljax export RUN_DIR --step N --out DIR`.
+
+Three forms, all from the run's stored `config.json` and one of its checkpoints:
+
+- "hf": a Hugging Face directory (config.json, model.safetensors, tokenizer files) that
+  transformers' `AutoModelForCausalLM` / `AutoTokenizer` load; LoRA adapters merged in.
+- "peft": for a LoRA run, the frozen base as that directory plus the adapters as a PEFT
+  directory in `DIR/adapter` whose `base_model_name_or_path` is `DIR`.
+- "gguf": for a run that started from a GGUF file, `DIR/model.gguf` laid out like it (same
+  metadata and tokenizer), in F32, F16 or Q8_0.
+
+The family (config.json's model_type) is the source checkpoint's when it was a Hugging Face
+directory, else the one that holds the model's config (`fitting_model_type`). Tokenizer files
+are copied from a Hugging Face source as they are; a GGUF's or the byte tokenizer is written
+out by `save_pretrained`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from ml_collections import ConfigDict
+
+from rljax.models.gguf import GGUF_TYPES, gguf_limits, save_gguf
+from rljax.models.hf import (
+    config_to_hf,
+    fitting_model_type,
+    hf_model_type,
+    save_hf_checkpoint,
+)
+from rljax.models.int8 import dequantized
+from rljax.models.lora import merged_params, save_peft_adapter
+from rljax.models.tokenizer import Tokenizer
+from rljax.train.builders import FETCHABLE
+from rljax.train.evaluation import Restored, restore_checkpoint
+from rljax.train.run_dir import stored_config
+
+FORMATS = ("hf", "peft", "gguf")
+# The tokenizer (and generation) files a Hugging Face checkpoint may carry.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+    "generation_config.json",
+)
+
+
+def _source(config: ConfigDict) -> str:
+    """The path `model.checkpoint` loaded ("" for a model built from scratch)."""
+    source = config.model.checkpoint
+    return FETCHABLE[source]() if source in FETCHABLE else source
+
+
+def _read_hf_config(source: str) -> dict:
+    with open(os.path.join(source, "config.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _write_tokenizer(tokenizer: Tokenizer, source: str, out: str) -> None:
+    """The tokenizer files: a Hugging Face source's own, else `tokenizer.save_pretrained`."""
+    if os.path.isdir(source):
+        for name in TOKENIZER_FILES:
+            if os.path.isfile(os.path.join(source, name)):
+                shutil.copyfile(os.path.join(source, name), os.path.join(out, name))
+        return
+    tokenizer.save_pretrained(out)
+
+
+def _hf_fields(restored: Restored, source: str) -> dict:
+    """config.json fields beyond the model's shape: the special token ids and a GGUF's context
+    length, or a Hugging Face source's own config.json (e.g. max_position_embeddings)."""
+    tokenizer = restored.tokenizer
+    fields = {"eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id}
+    if tokenizer.bos_id is not None:
+        fields["bos_token_id"] = tokenizer.bos_id
+    if os.path.isdir(source):
+        fields.update(_read_hf_config(source))
+    elif source.endswith(".gguf"):
+        _, length = gguf_limits(source)
+        if length is not None:
+            fields["max_position_embeddings"] = length
+    return fields
+
+
+def _model_type(restored: Restored, source: str) -> str:
+    if os.path.isdir(source):
+        model_type = hf_model_type(_read_hf_config(source))
+        if model_type is not None:
+            return model_type
+    return fitting_model_type(restored.model_config)
+
+
+def _save_hf(restored: Restored, params, source: str, out: str) -> str:
+    """`params` of the restored model as a Hugging Face directory `out`; its model_type."""
+    model_type = _model_type(restored, source)
+    ours = config_to_hf(restored.model_config, model_type)  # what the model itself says
+    extra = {k: v for k, v in _hf_fields(restored, source).items() if k not in ours}
+    save_hf_checkpoint(out, restored.model_config, params, model_type, extra_config=extra)
+    _write_tokenizer(restored.tokenizer, source, out)
+    return model_type
+
+
+def export_run(
+    run_dir: str,
+    out: str,
+    step: int | None = None,
+    form: str = "hf",
+    gguf_type: str = "f32",
+) -> int:
+    """Write a run's policy at `step` (None: the newest checkpoint) into the directory `out`.
+
+    Args:
+      run_dir: the training run's directory (config.json and checkpoints/).
+      out: the output directory (created if needed; files of the same names are replaced).
+      step: the checkpoint's step.
+      form: "hf", "peft" or "gguf" (the module docstring says what each writes).
+      gguf_type: for "gguf", the matrices' type: "f32", "f16" or "q8_0".
+
+    Returns:
+      The step exported.
+
+    Raises:
+      FileNotFoundError: no config.json or no checkpoint (at `step`) in `run_dir`.
+      ValueError: an unknown form, "peft" for a run without LoRA, "gguf" for a run that did
+        not start from a GGUF file, or a model no Hugging Face family holds.
+    """
+    if form not in FORMATS:
+        raise ValueError(f"form={form!r}; use one of {FORMATS}")
+    if form == "gguf" and gguf_type not in GGUF_TYPES:
+        raise ValueError(f"gguf_type={gguf_type!r}; use one of {sorted(GGUF_TYPES)}")
+    config = stored_config(run_dir)
+    source = _source(config)
+    if form == "gguf" and not source.endswith(".gguf"):
+        raise ValueError(
+            f"the run started from model.checkpoint={config.model.checkpoint!r}, not a GGUF "
+            "file: a GGUF export copies that file's metadata and tokenizer; export the "
+            "Hugging Face form (--format=hf) instead"
+        )
+    if form == "peft" and config.lora.rank == 0:
+        raise ValueError(
+            "the run trained every weight (lora.rank=0), so it has no adapters to export "
+            "as PEFT; export the whole model with --format=hf"
+        )
+    restored = restore_checkpoint(config, step)
+    os.makedirs(out, exist_ok=True)
+    if form == "gguf":
+        params = merged_params(restored.state)
+        save_gguf(os.path.join(out, "model.gguf"), source, restored.model_config, params, gguf_type)
+    elif form == "peft":
+        base = restored.state.base
+        model_type = _save_hf(restored, dequantized(base.params), source, out)
+        save_peft_adapter(
+            os.path.join(out, "adapter"),
+            restored.model_config,
+            restored.state.params,
+            base.scale,
+            model_type,
+            base_model_name_or_path=os.path.abspath(out),
+        )
+    else:
+        _save_hf(restored, merged_params(restored.state), source, out)
+    return restored.step
