@@ -21,8 +21,10 @@ import json
 import os
 import shutil
 
+from flax import nnx
 from ml_collections import ConfigDict
 
+from rljax.models.config import TransformerConfig
 from rljax.models.gguf import GGUF_TYPES, gguf_limits, save_gguf
 from rljax.models.hf import (
     config_to_hf,
@@ -34,7 +36,7 @@ from rljax.models.int8 import dequantized
 from rljax.models.lora import merged_params, save_peft_adapter
 from rljax.models.tokenizer import Tokenizer
 from rljax.train.builders import FETCHABLE
-from rljax.train.evaluation import Restored, restore_checkpoint
+from rljax.train.evaluation import restore_checkpoint
 from rljax.train.run_dir import stored_config
 
 FORMATS = ("hf", "peft", "gguf")
@@ -74,10 +76,9 @@ def _write_tokenizer(tokenizer: Tokenizer, source: str, out: str) -> None:
     tokenizer.save_pretrained(out)
 
 
-def _hf_fields(restored: Restored, source: str) -> dict:
+def _hf_fields(tokenizer: Tokenizer, source: str) -> dict:
     """config.json fields beyond the model's shape: the special token ids and a GGUF's context
     length, or a Hugging Face source's own config.json (e.g. max_position_embeddings)."""
-    tokenizer = restored.tokenizer
     fields = {"eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id}
     if tokenizer.bos_id is not None:
         fields["bos_token_id"] = tokenizer.bos_id
@@ -90,21 +91,39 @@ def _hf_fields(restored: Restored, source: str) -> dict:
     return fields
 
 
-def _model_type(restored: Restored, source: str) -> str:
+def _model_type(model_config: TransformerConfig, source: str) -> str:
     if os.path.isdir(source):
         model_type = hf_model_type(_read_hf_config(source))
         if model_type is not None:
             return model_type
-    return fitting_model_type(restored.model_config)
+    return fitting_model_type(model_config)
 
 
-def _save_hf(restored: Restored, params, source: str, out: str) -> str:
-    """`params` of the restored model as a Hugging Face directory `out`; its model_type."""
-    model_type = _model_type(restored, source)
-    ours = config_to_hf(restored.model_config, model_type)  # what the model itself says
-    extra = {k: v for k, v in _hf_fields(restored, source).items() if k not in ours}
-    save_hf_checkpoint(out, restored.model_config, params, model_type, extra_config=extra)
-    _write_tokenizer(restored.tokenizer, source, out)
+def write_hf_directory(
+    out: str,
+    model_config: TransformerConfig,
+    params: nnx.State,
+    tokenizer: Tokenizer,
+    source: str = "",
+) -> str:
+    """A policy as a Hugging Face directory transformers loads: what `export_run` writes.
+
+    Args:
+      out: the directory (created if needed).
+      model_config, params: the model (full weights: LoRA adapters merged in).
+      tokenizer: its tokenizer, written by `save_pretrained` unless `source` has files.
+      source: the checkpoint the model was loaded from ("" if built from scratch, a .gguf
+        file, or a Hugging Face directory, whose family, extra config.json fields and tokenizer
+        files are carried over).
+
+    Returns:
+      The model_type written.
+    """
+    model_type = _model_type(model_config, source)
+    ours = config_to_hf(model_config, model_type)  # what the model itself says
+    extra = {k: v for k, v in _hf_fields(tokenizer, source).items() if k not in ours}
+    save_hf_checkpoint(out, model_config, params, model_type, extra_config=extra)
+    _write_tokenizer(tokenizer, source, out)
     return model_type
 
 
@@ -156,7 +175,9 @@ def export_run(
         save_gguf(os.path.join(out, "model.gguf"), source, restored.model_config, params, gguf_type)
     elif form == "peft":
         base = restored.state.base
-        model_type = _save_hf(restored, dequantized(base.params), source, out)
+        model_type = write_hf_directory(
+            out, restored.model_config, dequantized(base.params), restored.tokenizer, source
+        )
         save_peft_adapter(
             os.path.join(out, "adapter"),
             restored.model_config,
@@ -166,5 +187,6 @@ def export_run(
             base_model_name_or_path=os.path.abspath(out),
         )
     else:
-        _save_hf(restored, merged_params(restored.state), source, out)
+        params = merged_params(restored.state)
+        write_hf_directory(out, restored.model_config, params, restored.tokenizer, source)
     return restored.step
