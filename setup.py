@@ -59,6 +59,7 @@ setup(
             *WANDB,
             *MLFLOW,
             "datasets==5.2.0",  # writes the save_to_disk directories LocalTask reads
+            "importlib_resources==7.1.0",  # TFDS needs it to prepare the tests' tiny data set
             *MATH,
         ],
         "envs": ENV_ADAPTERS,

@@ -1,11 +1,12 @@
 """Tasks from local data files: math (GSM8K / MATH), code (MBPP) or exact-answer JSONL rows.
 
-`LocalTask` turns the rows of a JSONL, parquet or ArrayRecord file, or of a Hugging Face
-`datasets` directory (`Dataset.save_to_disk`), into a `Task`, so the grain
-pipelines in `rljax.data.pipeline` shuffle, shard and checkpoint them like any other task.
-Nothing is downloaded: the user names the files. JSONL and parquet rows are read once, at
-construction, into memory; ArrayRecord rows (see `rljax.data.array_record.convert`) are read
-by index when asked for, for sets too large to hold on every host.
+`LocalTask` turns the rows of a JSONL, parquet or ArrayRecord file, of a Hugging Face
+`datasets` directory (`Dataset.save_to_disk`) or of a prepared TFDS directory
+(`rljax.data.tfds_source`) into a `Task`, so the grain pipelines in `rljax.data.pipeline`
+shuffle, shard and checkpoint them like any other task. Nothing is downloaded: the user names
+the files. JSONL, parquet and `datasets` rows are read once, at construction, into memory;
+ArrayRecord rows (see `rljax.data.array_record.convert`) and TFDS rows are read by index
+when asked for, for sets too large to hold on every host.
 
 Without a test file, a row is held out for test when a fixed hash of its prompt text (salted
 by `seed`) falls below `test_fraction`: the splits are disjoint, identical on every host and
@@ -26,13 +27,16 @@ import numpy as np
 
 from rljax.data.array_record import ArrayRecordRows
 from rljax.data.tasks.split_hash import text_hash, unit_hash
+from rljax.data.tfds_source import TfdsRows, split_location
 from rljax.rewards.code import CodeReward, code_reward, token_level_rewards
 from rljax.rewards.math import last_boxed, math_reward
 from rljax.rewards.math_verify import math_verify_reward
 
 RewardFn = Callable[[str, str], float]
 
-_FORMATS = ("jsonl", "parquet", "array_record", "hf_dataset")
+_FORMATS = ("jsonl", "parquet", "array_record", "hf_dataset", "tfds")
+# The split a TFDS directory gives each key when its location names none.
+_TFDS_SPLITS = {"task.train_path": "train", "task.test_path": "test"}
 _SUFFIXES = {
     ".jsonl": "jsonl",
     ".json": "jsonl",
@@ -66,12 +70,15 @@ def resolve_format(path: str | os.PathLike, format: str = "auto") -> str:
 
     Returns:
       "jsonl" (.jsonl, .json: one JSON object a line), "parquet", "array_record"
-      (.array_record, .arrayrecord) or "hf_dataset" (a directory written by Hugging Face
-      `datasets`' `Dataset.save_to_disk`: its state.json and Arrow files).
+      (.array_record, .arrayrecord), "hf_dataset" (a directory written by Hugging Face
+      `datasets`' `Dataset.save_to_disk`: its state.json and Arrow files) or "tfds" (a
+      prepared TFDS directory, "DIR" or "DIR:SPLIT": `rljax.data.tfds_source`).
     """
     if format == "auto":
         if _is_hf_dataset(path):
             return "hf_dataset"
+        if split_location(path, "train") is not None:
+            return "tfds"
         suffix = os.path.splitext(os.fspath(path))[1].lower()
         if suffix not in _SUFFIXES:
             raise ValueError(
@@ -90,7 +97,8 @@ def iter_file_rows(
     """Stream (where, row) pairs of a data file, in file order; `where` names the row in errors.
 
     JSONL rows are named by 1-based line ("data.jsonl line 3"; blank lines are skipped), parquet
-    and ArrayRecord rows by 0-based row ("data.parquet row 2").
+    and ArrayRecord rows by 0-based row ("data.parquet row 2"). A TFDS directory without a
+    split reads its "train" split.
     """
     path = os.fspath(path)
     format = resolve_format(path, format)
@@ -131,7 +139,7 @@ def iter_file_rows(
         for i, row in enumerate(_hf_dataset_rows(path)):
             yield f"{path} row {i}", row
     else:
-        rows = ArrayRecordRows(path)
+        rows = _indexed_rows(path, format, "train")
         for i in range(len(rows)):
             yield f"{path} row {i}", rows[i]
 
@@ -157,6 +165,19 @@ def _hf_dataset_rows(path: str) -> Iterator[dict[str, Any]]:
         with pa.memory_map(os.path.join(path, entry["filename"])) as source:
             for batch in pa.ipc.open_stream(source):
                 yield from batch.to_pylist()
+
+
+def _indexed_rows(path: str, format: str, default_split: str) -> Sequence[dict[str, Any]]:
+    """The rows of a file read by index: an ArrayRecord file, or a TFDS directory's split."""
+    if format != "tfds":
+        return ArrayRecordRows(path)
+    location = split_location(path, default_split)
+    if location is None:
+        raise ValueError(
+            f"{path} is not a prepared TFDS directory (DATA_DIR/NAME[/CONFIG]/VERSION holding "
+            "dataset_info.json), optionally followed by :SPLIT"
+        )
+    return TfdsRows(*location)
 
 
 def _is_hf_dataset(path: str | os.PathLike) -> bool:
@@ -233,10 +254,13 @@ class LocalTask:
     the completion's tokens (the failing line's tokens share `line_penalty`).
 
     Attributes:
-      train_path: the train file (config key `task.train_path`).
-      test_path: the test file; None holds out rows of train_path by a hash of their prompt.
-      format: "auto" (from each file's suffix, or a `save_to_disk` directory's state.json),
-        "jsonl", "parquet", "array_record" or "hf_dataset".
+      train_path: the train file (config key `task.train_path`); for TFDS its directory,
+        whose "train" split it reads ("DIR:SPLIT" another, in TFDS's split syntax).
+      test_path: the test file (a TFDS directory's "test" split, or "DIR:SPLIT"); None holds
+        out rows of train_path by a hash of their prompt.
+      format: "auto" (from each file's suffix, a `save_to_disk` directory's state.json, or a
+        TFDS directory's dataset_info.json), "jsonl", "parquet", "array_record", "hf_dataset"
+        or "tfds".
       prompt_field, answer_field: the row's columns; None uses the kind's default
         ("question"/"answer" for math and exact, "text"/"test_list" for code).
       kind: "math", "exact" or "code" (see above).
@@ -419,10 +443,13 @@ class LocalTask:
 
     def _open(self, path: str | None, key: str) -> tuple[str, str]:
         """(path, format) of a configured file; raises naming the config key if it is missing."""
-        if path is None or not (os.path.isfile(path) or _is_hf_dataset(path)):
+        known = path is not None and (
+            os.path.isfile(path) or _is_hf_dataset(path) or split_location(path, "") is not None
+        )
+        if not known:
             raise FileNotFoundError(
                 f"{key}={path!r}: no such file; set {key} to a local data file (or a "
-                "directory written by datasets' save_to_disk)"
+                "directory written by datasets' save_to_disk, or a prepared TFDS directory)"
             )
         return os.fspath(path), resolve_format(path, self.format)
 
@@ -431,7 +458,7 @@ class LocalTask:
         if self.test_path is not None:
             test = self._load_file(*self._open(self.test_path, "task.test_path"), "task.test_path")
             return {"train": train, "test": test}
-        if train.raw:  # ArrayRecord: one pass to hash each row's prompt, rows stay on disk
+        if train.raw:  # ArrayRecord, TFDS: one pass to hash each row's prompt, rows stay on disk
             examples = (
                 self._to_example(train.rows[i], f"{train.path} row {i}") for i in range(len(train))
             )
@@ -450,8 +477,10 @@ class LocalTask:
         return splits
 
     def _load_file(self, path: str, format: str, key: str) -> _Split:
-        if format == "array_record":
-            split = _Split(ArrayRecordRows(path), None, True, path)
+        if format in ("array_record", "tfds"):
+            split = _Split(_indexed_rows(path, format, _TFDS_SPLITS[key]), None, True, path)
+            if len(split):  # rows are read when asked for: a wrong field mapping fails now
+                self._to_example(split.rows[0], split.where(0))
         else:
             wheres, rows = [], []
             for where, row in iter_file_rows(path, format):
