@@ -50,6 +50,18 @@ def _explain(err: BaseException, file: str) -> str:
     return f"{file}{_line_in(err, where)}: loading the config raised {detail}; fix the config file"
 
 
+def _importable_package(file: str) -> None:
+    """Put the folder above a config file's package on sys.path (the repository for
+    configs/*.py), so a config that imports its siblings (`from configs.grpo_addition import
+    ...`) loads from the `rljax` console script, which, unlike `python -m`, does not put the
+    working directory there, and from any working directory."""
+    folder = package = os.path.dirname(os.path.abspath(file))
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        folder = os.path.dirname(folder)
+    if folder != package and folder not in sys.path:
+        sys.path.insert(0, folder)
+
+
 class _ReportingParser(flags.ArgumentParser):
     """ml_collections' config-file parser, with every failure turned into a ConfigFileError."""
 
@@ -66,6 +78,7 @@ class _ReportingParser(flags.ArgumentParser):
             raise ConfigFileError(
                 f"config file {file} does not exist; pass the path of a .py config file"
             )
+        _importable_package(file)
         try:
             config = self._inner.parse(argument)
         except Exception as err:

@@ -34,6 +34,20 @@ def test_launcher_subcommands_take_the_launchers_flags_and_errors(args, message)
     assert message in lines[-1] and lines[-1].startswith("error:"), lines
 
 
+def test_the_console_script_loads_configs_that_import_their_siblings(tmp_path):
+    """`.venv/bin/rljax` (no working directory on sys.path, unlike `python -m`) loads
+    configs/small_models.py, which imports configs.grpo_smollm2_arith, from the repository
+    and from another folder."""
+    script = os.path.join(os.path.dirname(sys.executable), "rljax")
+    config = os.path.join(ROOT, "configs", "small_models.py")
+    for cwd, path in ((ROOT, "configs/small_models.py"), (tmp_path, config)):
+        argv = [script, "train", f"--config={path}:smollm2,dapo", "--config.train.stepz=3"]
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+        last = done.stderr.strip().splitlines()[-1]
+        assert done.returncode == 1, done.stderr[-2000:]
+        assert last.startswith("error: unknown config key 'stepz'"), last
+
+
 def test_importing_the_console_script_does_not_import_jax():
     """The launchers restart themselves with glibc tunables before JAX loads."""
     code = "import sys, rljax.cli, rljax.launch.huge_pages; print('jax' in sys.modules)"
