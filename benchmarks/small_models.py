@@ -99,7 +99,7 @@ def summarize(collected: dict[str, Any]) -> dict[str, Any]:
         curve = {str(s): mean_se([r["curve"][s] for r in runs.values()]) for s in steps}
         start = collected["step0"].get(model)
         if start is not None:
-            curve = {"0": (start["greedy"], 0.0), **curve}
+            curve = {"0": (start["greedy"], math.nan), **curve}  # one evaluation, no spread
         finals = [r["final"] for r in runs.values() if r["final"] is not None]
         summary[key] = {
             "seeds": sorted(runs),
@@ -158,7 +158,7 @@ def plot(summary: dict[str, Any], path: str) -> None:
     for key, entry in sorted(summary.items()):
         steps = sorted(int(s) for s in entry["curve"])
         mean = [100 * entry["curve"][str(s)][0] for s in steps]
-        se = [100 * (entry["curve"][str(s)][1] or 0.0) for s in steps]
+        se = [100 * entry["curve"][str(s)][1] for s in steps]
         se = [0.0 if math.isnan(e) else e for e in se]
         ax.plot(steps, mean, marker="o", label=f"{key} ({len(entry['seeds'])} seeds)")
         ax.fill_between(
@@ -171,6 +171,17 @@ def plot(summary: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _no_nan(tree: Any) -> Any:
+    """`tree` with nan (a standard error of one seed) as None: strict JSON has no NaN."""
+    if isinstance(tree, float) and math.isnan(tree):
+        return None
+    if isinstance(tree, dict):
+        return {k: _no_nan(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return [_no_nan(v) for v in tree]
+    return tree
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -190,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
         "summary": summary,
     }
     with open(f"{args.out}.json", "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=1, sort_keys=True)
+        json.dump(_no_nan(report), f, indent=1, sort_keys=True)
     table = markdown(summary)
     with open(f"{args.out}.md", "w", encoding="utf-8") as f:
         f.write(table)
