@@ -8,12 +8,18 @@ Slow (fetches ~93 MB and ~240 MB once, loads each model three times); run with
 
 from __future__ import annotations
 
+import os
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rljax.models import (
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "models"))
+from hf_parity import hf_logits  # noqa: E402
+
+from rljax.models import (  # noqa: E402
     encode_prompts,
     fetch_gemma3,
     fetch_smollm2,
@@ -22,8 +28,8 @@ from rljax.models import (
     load_gguf,
     positions_from_mask,
 )
-from rljax.models.gguf import save_gguf
-from rljax.train.export import write_hf_directory
+from rljax.models.gguf import save_gguf  # noqa: E402
+from rljax.train.export import write_hf_directory  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.hf]
 
@@ -60,14 +66,7 @@ def test_exported_directory_loads_in_transformers_with_our_logits_and_tokens(nam
         )
     tokens, mask = encode_prompts(tok, PROMPTS, max_len=32, add_bos=tok.add_bos_token)
     ours = _logits(graphdef, params, tokens, mask)
-    positions = np.asarray(positions_from_mask(jnp.asarray(mask)))
-    with torch.no_grad():
-        ref = hf(
-            input_ids=torch.tensor(tokens, dtype=torch.long),
-            attention_mask=torch.tensor(mask, dtype=torch.long),
-            position_ids=torch.tensor(positions, dtype=torch.long),
-        ).logits.numpy()
-    a, b = ours[mask], ref[mask].astype(np.float64)
+    a, b = ours[mask], hf_logits(hf, tokens, mask)[mask].astype(np.float64)
     err = np.max(np.abs(a - b)) / np.max(np.abs(b))
     print(f"{name}: exported directory, max relative logits error {err:.2e}")
     assert err < 1e-4 and np.array_equal(a.argmax(-1), b.argmax(-1))
