@@ -119,31 +119,30 @@ def _cell(mean: float, se: float, scale: float = 100.0) -> str:
 
 
 def markdown(summary: dict[str, Any]) -> str:
-    """Two tables: greedy accuracy (%) per eval step, and the final evaluation with wall time."""
+    """Two tables: greedy accuracy (%) per eval step with each run's wall time (its steps and
+    evaluations), and the final 8-sample evaluation where the runs have one."""
     steps = sorted({int(s) for entry in summary.values() for s in entry["curve"]})
+    header = " | ".join(f"step {s}" for s in steps)
     lines = [
-        "| model / algorithm | seeds | " + " | ".join(f"step {s}" for s in steps) + " |",
-        "|---|---|" + "---|" * len(steps),
+        f"| model / algorithm | seeds | {header} | wall per run (min) |",
+        "|---|---|" + "---|" * (len(steps) + 1),
     ]
     for key, entry in sorted(summary.items()):
         cells = [_cell(*entry["curve"][str(s)]) if str(s) in entry["curve"] else "" for s in steps]
+        cells.append(_cell(*entry["wall_s"], scale=1 / 60))
         lines.append(f"| {key} | {len(entry['seeds'])} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "| model / algorithm | step | greedy | pass@1 | pass@8 | start: greedy / pass@8 | "
-        "wall per run (min) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for key, entry in sorted(summary.items()):
-        if entry["final"] is None:
-            continue
+    evaluated = {k: e for k, e in summary.items() if e["final"] is not None}
+    if evaluated:
+        lines += [
+            "",
+            "| model / algorithm | step | greedy | pass@1 | pass@8 | start: greedy / pass@8 |",
+            "|---|---|---|---|---|---|",
+        ]
+    for key, entry in sorted(evaluated.items()):
         start = entry["start"]
         begin = f"{100 * start['greedy']:.1f} / {100 * start['pass@8']:.1f}" if start else ""
         final = [_cell(*entry["final"][m]) for m in FINAL]
-        wall = _cell(*entry["wall_s"], scale=1 / 60)
-        lines.append(
-            f"| {key} | {entry['final_step']} | " + " | ".join(final) + f" | {begin} | {wall} |"
-        )
+        lines.append(f"| {key} | {entry['final_step']} | " + " | ".join(final) + f" | {begin} |")
     return "\n".join(lines) + "\n"
 
 
