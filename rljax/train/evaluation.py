@@ -22,6 +22,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, PartitionSpec
 from ml_collections import ConfigDict
+from tqdm.auto import tqdm
 
 from rljax.core.state import TrainState
 from rljax.data.tasks import Task
@@ -380,7 +381,15 @@ def sample_eval(
     lengths: dict[str, list] = {"sampled": [], "greedy": []}  # [real * n] per batch
     failures: collections.Counter = collections.Counter()
     indices, greedy_texts = [], []
-    for b, (batch, real) in enumerate(eval_batches(dataset, num_problems, batch_size)):
+    batches = tqdm(
+        eval_batches(dataset, num_problems, batch_size),
+        desc=f"eval {split}",
+        total=-(-num_problems // batch_size),
+        unit="batch",
+        dynamic_ncols=True,
+        disable=jax.process_index() != 0,
+    )
+    for b, (batch, real) in enumerate(batches):
         key = jax.random.fold_in(jax.random.PRNGKey(seed), b)
         for mode, n, how in (
             ("sampled", n_samples, sampling),
