@@ -7,7 +7,6 @@ from configs.small_models import ALGORITHMS, get_config
 from rljax.config import validate_config
 from rljax.train.builders import build_algorithm
 
-
 # Each algorithm on SmolLM2, and Gemma 3 (another budget) once: validation reads a cached
 # model's GGUF metadata, seconds for Gemma's 262k-token vocabulary.
 CELLS = [("smollm2", a) for a in sorted(ALGORITHMS)] + [("gemma3", "dapo")]
