@@ -61,7 +61,10 @@ def _source(config: ConfigDict) -> str:
     return FETCHABLE[source]() if source in FETCHABLE else source
 
 
-def _read_hf_config(source: str) -> dict:
+def _source_hf_config(source: str) -> dict | None:
+    """A Hugging Face source directory's config.json (None for a GGUF file or scratch)."""
+    if not os.path.isdir(source):
+        return None
     with open(os.path.join(source, "config.json"), encoding="utf-8") as f:
         return json.load(f)
 
@@ -76,27 +79,19 @@ def _write_tokenizer(tokenizer: Tokenizer, source: str, out: str) -> None:
     tokenizer.save_pretrained(out)
 
 
-def _hf_fields(tokenizer: Tokenizer, source: str) -> dict:
+def _hf_fields(tokenizer: Tokenizer, source: str, source_hf: dict | None) -> dict:
     """config.json fields beyond the model's shape: the special token ids and a GGUF's context
     length, or a Hugging Face source's own config.json (e.g. max_position_embeddings)."""
     fields = {"eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id}
     if tokenizer.bos_id is not None:
         fields["bos_token_id"] = tokenizer.bos_id
-    if os.path.isdir(source):
-        fields.update(_read_hf_config(source))
+    if source_hf is not None:
+        fields.update(source_hf)
     elif source.endswith(".gguf"):
         _, length = gguf_limits(source)
         if length is not None:
             fields["max_position_embeddings"] = length
     return fields
-
-
-def _model_type(model_config: TransformerConfig, source: str) -> str:
-    if os.path.isdir(source):
-        model_type = hf_model_type(_read_hf_config(source))
-        if model_type is not None:
-            return model_type
-    return fitting_model_type(model_config)
 
 
 def write_hf_directory(
@@ -119,9 +114,10 @@ def write_hf_directory(
     Returns:
       The model_type written.
     """
-    model_type = _model_type(model_config, source)
+    source_hf = _source_hf_config(source)
+    model_type = (source_hf and hf_model_type(source_hf)) or fitting_model_type(model_config)
     ours = config_to_hf(model_config, model_type)  # what the model itself says
-    extra = {k: v for k, v in _hf_fields(tokenizer, source).items() if k not in ours}
+    extra = {k: v for k, v in _hf_fields(tokenizer, source, source_hf).items() if k not in ours}
     save_hf_checkpoint(out, model_config, params, model_type, extra_config=extra)
     _write_tokenizer(tokenizer, source, out)
     return model_type
