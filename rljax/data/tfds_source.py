@@ -35,12 +35,10 @@ def split_location(location: str, default_split: str) -> tuple[str, str] | None:
     location = os.fspath(location)
     if is_tfds_dir(location):
         return location, default_split
-    directory, colon, split = location.partition(":")
-    while colon:
-        if is_tfds_dir(directory) and split:
+    for colon in (i for i, char in enumerate(location) if char == ":"):  # DIR may hold ":"
+        directory, split = location[:colon], location[colon + 1 :]
+        if split and is_tfds_dir(directory):
             return directory, split
-        head, colon, split = split.partition(":")
-        directory = f"{directory}:{head}"
     return None
 
 

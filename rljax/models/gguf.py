@@ -30,7 +30,7 @@ import numpy as np
 from flax import nnx
 
 from rljax.models.config import TransformerConfig
-from rljax.models.hf import _GEMMA3_FIELDS, _NP_DTYPES, _set_path, _specs
+from rljax.models.hf import _GEMMA3_FIELDS, _NP_DTYPES, _set_path, _specs, hf_tensors
 from rljax.models.transformer import abstract_model, stack_layers
 
 _ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
@@ -389,8 +389,6 @@ def save_gguf(
         params of another shape than the source's tensors.
     """
     import gguf
-
-    from rljax.models.hf import hf_tensors
 
     if tensor_type not in GGUF_TYPES:
         raise ValueError(f"tensor_type={tensor_type!r}; use one of {sorted(GGUF_TYPES)}")
