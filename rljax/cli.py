@@ -85,6 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("run_dir", metavar="RUN_DIR", help="the run's directory (its run_dir)")
     export.add_argument("--out", metavar="DIR", required=True, help="the output directory")
     export.add_argument("--step", type=int, help="the checkpoint's step (default: the newest)")
+    # rljax.train.export.FORMATS and rljax.models.gguf.GGUF_TYPES, spelled out: importing
+    # them would load JAX before the command runs (tests/train/test_export.py compares them).
     export.add_argument("--format", choices=("hf", "peft", "gguf"), default="hf")
     export.add_argument(
         "--gguf-type",

@@ -253,3 +253,14 @@ def test_errors_are_one_line_and_name_the_fix(gguf_run, hf_run, tmp_path, capsys
     assert main(["export", lora_run, "--out", str(tmp_path), "--step", "7"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("rljax export: error:")
+
+
+def test_the_cli_offers_every_form_and_gguf_type(capsys):
+    from rljax.models.gguf import GGUF_TYPES
+    from rljax.train.export import FORMATS
+
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    usage = " ".join(capsys.readouterr().out.split())
+    assert f"--format {{{','.join(FORMATS)}}}" in usage
+    assert f"--gguf-type {{{','.join(GGUF_TYPES)}}}" in usage
